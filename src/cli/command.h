@@ -1,0 +1,19 @@
+// How subcommands plug into the `multislice` binary.
+//
+// Each command file defines one `Add<Name>Command(CLI::App& root,
+// CommandTable& table)` that declares its subcommand, flags and help (with an
+// example) on `root`, and records in `table` the function that runs it once
+// the command line has been parsed. That function returns the process exit
+// code: 0 on success, 2 for bad input (after printing one line that names the
+// flag or field, the value and what was expected), 1 for a runtime failure.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <map>
+
+namespace multislice::cli {
+
+using CommandTable = std::map<const CLI::App*, std::function<int()>>;
+
+}  // namespace multislice::cli

@@ -1,0 +1,16 @@
+// Every subcommand of `multislice`, registered in one place.
+#pragma once
+
+#include "cli/command.h"
+
+namespace multislice::cli {
+
+void AddMeshCommand(CLI::App& root, CommandTable& table);
+void AddBenchCommand(CLI::App& root, CommandTable& table);
+
+inline void AddAllCommands(CLI::App& root, CommandTable& table) {
+  AddMeshCommand(root, table);
+  AddBenchCommand(root, table);
+}
+
+}  // namespace multislice::cli

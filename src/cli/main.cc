@@ -1,0 +1,52 @@
+// The `multislice` binary: one executable, one subcommand per capability.
+#include <cstdio>
+#include <iostream>
+
+#include "cli/command.h"
+#include "cli/commands.h"
+
+namespace multislice::cli {
+namespace {
+
+// Finds the innermost subcommand that was given on the command line.
+const CLI::App* ParsedLeaf(const CLI::App& app) {
+  for (const CLI::App* sub : app.get_subcommands()) {
+    return ParsedLeaf(*sub);
+  }
+  return &app;
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{
+      "multislice: one training job across several slices of accelerators.\n"
+      "Example:\n"
+      "  multislice mesh --accelerator_type cpu-4 --num_slices 2 "
+      "--dcn_data_parallelism 2 --ici_fsdp_parallelism 4",
+      "multislice"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Print help for every command.");
+  CommandTable table;
+  AddAllCommands(app, table);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line for the user; the full usage is one --help away.
+    std::fprintf(stderr, "multislice: %s (see --help)\n", e.what());
+    return 2;
+  }
+  auto it = table.find(ParsedLeaf(app));
+  if (it == table.end()) {
+    std::fprintf(stderr, "multislice: choose a command (see --help)\n");
+    return 2;
+  }
+  return it->second();
+}
+
+}  // namespace
+}  // namespace multislice::cli
+
+int main(int argc, char** argv) { return multislice::cli::Main(argc, argv); }
