@@ -10,6 +10,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
 
 #include "runtime/mesh/parallelism.h"
@@ -21,20 +22,39 @@ namespace multislice::cli {
 std::string FlagNames(const std::string& underscore_name,
                       const std::string& short_name = "");
 
+// A whole decimal integer, optionally negative ("42", "-1", "007"); nullopt
+// for anything else ("abc", "1.5", "0x10", "+3", " 3", "") or a value beyond
+// long long.
+std::optional<long long> ParseInteger(const std::string& text);
+
+// Each Add*Flag below registers FlagNames(underscore_name), shows the current
+// *target as the default in --help, writes *target only when the flag is
+// given, and lets the last of repeated flags win (as argparse does).
+
 // Adds an integer flag. The value is parsed as a whole decimal integer
 // (optionally negative); anything else is a ValidationError with the message
-// above.
+// above, and a value outside int is "--name: '...' is not an integer from
+// -2147483648 to 2147483647".
 CLI::Option* AddIntFlag(CLI::App* app, const std::string& underscore_name,
                         int* target, const std::string& description);
+// Adds a byte-size flag (see ParseByteSize); a bad value is
+// "--name: 'abc' is not a byte size (e.g. 1048576, 64K, 256MiB)".
 CLI::Option* AddSizeFlag(CLI::App* app, const std::string& underscore_name,
                          long long* target, const std::string& description);
+// Adds a text flag taken as given.
+CLI::Option* AddStringFlag(CLI::App* app, const std::string& underscore_name,
+                           std::string* target, const std::string& description);
+// Adds a flag without a value that sets *target to true.
+CLI::Option* AddBoolFlag(CLI::App* app, const std::string& underscore_name,
+                         bool* target, const std::string& description);
 
 // Adds --ici_{data,fsdp,tensor}_parallelism and --dcn_{...}_parallelism,
 // defaults from `config`.
 void AddParallelismFlags(CLI::App* app, mesh::ParallelismConfig* config);
 
-// Parses a byte size such as "1K", "64M", "256MiB", "1048576" (K/M/G are
-// binary: 1K = 1024). Returns -1 when the text is not a size.
+// Parses a byte size such as "1K", "64M", "256MiB", "1048576" (K/M/G/T are
+// binary: 1K = 1024; the suffixes K, KB, KiB, B ... in any case). Returns -1
+// when the text is not a size or does not fit in a long long.
 long long ParseByteSize(const std::string& text);
 
 }  // namespace multislice::cli

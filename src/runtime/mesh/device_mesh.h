@@ -33,7 +33,8 @@ struct DeviceMesh {
 };
 
 // Error "Number of devices {n} must equal the product of mesh_shape {shape}"
-// when sizes differ.
+// when sizes differ ({shape} printed as a Python tuple, e.g. "(2, 3)").
+// Devices are sorted by id, then laid out row-major. axis_names stays empty.
 Result<DeviceMesh> CreateDeviceMesh(const std::vector<int>& mesh_shape,
                                     const std::vector<Device>& devices);
 
@@ -48,7 +49,10 @@ Result<DeviceMesh> CreateHybridDeviceMesh(const std::vector<int>& ici_shape,
 Result<DeviceMesh> MeshForConfig(const ParallelismConfig& resolved,
                                  const std::vector<Device>& devices);
 
-// numpy-style text of the device-id array, e.g. "[[0 1]\n [2 3]]".
+// numpy's str() of the device-id array, e.g. "[[0 1]\n [2 3]]": numbers
+// right-aligned to the widest, rows wrapped at 75 columns, a blank line
+// between the blocks of 3-D arrays, and above 1000 devices only the first and
+// last 3 entries of each longer axis around "...".
 std::string FormatDeviceArray(const DeviceMesh& mesh);
 
 }  // namespace multislice::mesh

@@ -21,7 +21,7 @@ struct AcceleratorType {
   int num_chips = 0;   // chips (or CPU devices) in one slice
   int cores_per_chip = 1;
   int chips_per_host = 1;
-  double peak_bf16_flops_per_chip = 0;  // FLOP/s; 0 for cpu (measured)
+  double peak_bf16_flops_per_chip = 0;      // FLOP/s; 0 for cpu (measured)
   double dcn_bits_per_second_per_host = 0;  // 0 for cpu (measured)
   bool runnable = false;  // true when this machine can run it (cpu-N)
 
@@ -34,8 +34,14 @@ struct AcceleratorType {
   }
 };
 
-// Parses an accelerator type. Unknown names are kInvalidArgument with a
-// sentence that lists the known families and their valid sizes.
+// Parses an accelerator type. An unknown or malformed name is
+// kInvalidArgument with one sentence that names it and lists the known
+// families, e.g. "unknown accelerator type 'v9-8': expected one of v4-N,
+// v5p-N, v5litepod-N, v6e-N (TPU, for planning) or cpu-N (runnable here)";
+// a bad size for a known family names the valid sizes. Valid sizes: v4-N, N
+// a multiple of 8 from 8 to 8192; v5p-N, a multiple of 8 from 8 to 12288;
+// v5litepod-N and v6e-N, N one of 1, 4, 8, 16, 32, 64, 128, 256; cpu-N, N
+// from 1 to 4096.
 Result<AcceleratorType> ParseAcceleratorType(std::string_view name);
 
 struct Device {
@@ -45,10 +51,13 @@ struct Device {
   int local_index = 0;  // index inside the slice
 };
 
-// The devices of `num_slices` slices of `type`, ordered by id.
+// The devices of `num_slices` slices of `type`, ordered by id: id =
+// slice_index * devices_per_slice + local_index, host = local_index /
+// devices_per_host. Empty when num_slices < 1.
 std::vector<Device> MakeDevices(const AcceleratorType& type, int num_slices);
 
-// Prints like JAX's repr, e.g. "CpuDevice(id=3, slice_index=1, host=0)".
+// Prints like JAX's repr: "CpuDevice(id=3, slice_index=1)" for cpu-N (one
+// host per slice), "TpuDevice(id=3, slice_index=1, host=0)" for TPU types.
 std::string ToString(const Device& d, const AcceleratorType& type);
 
 }  // namespace multislice::mesh
