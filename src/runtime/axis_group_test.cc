@@ -1,1 +1,93 @@
-// placeholder: being written
+#include "runtime/axis_group.h"
+
+#include <gtest/gtest.h>
+
+namespace multislice::runtime {
+namespace {
+
+struct Fixture {
+  std::vector<mesh::Device> devices;
+  mesh::DeviceMesh mesh;
+};
+
+// slices x cpu-devices, with the given resolved parallelism.
+Fixture Make(int slices, int devices, std::array<int, 3> ici,
+             std::array<int, 3> dcn) {
+  auto type = mesh::ParseAcceleratorType("cpu-" + std::to_string(devices));
+  EXPECT_TRUE(type.ok());
+  Fixture f;
+  f.devices = mesh::MakeDevices(*type, slices);
+  mesh::ParallelismConfig config;
+  config.ici = ici;
+  config.dcn = dcn;
+  auto m = mesh::MeshForConfig(config, f.devices);
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  f.mesh = *m;
+  return f;
+}
+
+TEST(AxisGroupTest, PathFollowsWhereTheAxesLive) {
+  // 2 slices of 4 devices: data across slices, fsdp and tensor inside.
+  Fixture f = Make(2, 4, {1, 2, 2}, {2, 1, 1});
+  auto path = [&](std::vector<std::string> axes) {
+    return MakeAxisGroup(f.mesh, f.devices, axes, 5)->path();
+  };
+  EXPECT_EQ(path({"data"}), Path::kDcn);
+  EXPECT_EQ(path({"fsdp"}), Path::kIci);
+  EXPECT_EQ(path({"tensor"}), Path::kIci);
+  EXPECT_EQ(path({"data", "fsdp"}), Path::kTwoLevel);
+  EXPECT_EQ(path({"data", "fsdp", "tensor"}), Path::kTwoLevel);
+}
+
+TEST(AxisGroupTest, RanksAreRowMajorOverTheAxesInTheOrderGiven) {
+  // Mesh (data=2, fsdp=2, tensor=2); device ids follow the hybrid layout:
+  // slice 0 holds 0..3, slice 1 holds 4..7, fsdp major, tensor minor.
+  Fixture f = Make(2, 4, {1, 2, 2}, {2, 1, 1});
+  // Device 5 is at (1, 0, 1).
+  auto g = MakeAxisGroup(f.mesh, f.devices, {"data", "fsdp"}, 5);
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->members, (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(g->rank, 2);
+  EXPECT_EQ(g->dcn_size, 2);
+  EXPECT_EQ(g->ici_size, 2);
+  EXPECT_EQ(g->dcn_rank, 1);
+  EXPECT_EQ(g->ici_rank, 0);
+  EXPECT_EQ(g->ici_members, (std::vector<int>{5, 7}));
+  EXPECT_EQ(g->dcn_slices, (std::vector<int>{0, 1}));
+  EXPECT_EQ(g->column, 1);
+
+  auto reversed = MakeAxisGroup(f.mesh, f.devices, {"fsdp", "data"}, 5);
+  ASSERT_TRUE(reversed.ok());
+  EXPECT_EQ(reversed->members, (std::vector<int>{1, 5, 3, 7}));
+  EXPECT_EQ(reversed->rank, 1);
+  // rank_of is indexed by (d, j) whatever the order of the axes.
+  EXPECT_EQ(reversed->RankOf(1, 0), 1);
+  EXPECT_EQ(reversed->RankOf(0, 1), 2);
+}
+
+TEST(AxisGroupTest, MembersOfOneGroupAgreeOnTheKeys) {
+  Fixture f = Make(2, 4, {1, 2, 2}, {2, 1, 1});
+  auto a = MakeAxisGroup(f.mesh, f.devices, {"data", "fsdp"}, 1);
+  auto b = MakeAxisGroup(f.mesh, f.devices, {"data", "fsdp"}, 3);
+  auto c = MakeAxisGroup(f.mesh, f.devices, {"data", "fsdp"}, 5);
+  auto other = MakeAxisGroup(f.mesh, f.devices, {"data", "fsdp"}, 0);
+  EXPECT_EQ(a->ici_key, b->ici_key);  // same slice
+  EXPECT_NE(a->ici_key, c->ici_key);  // other slice
+  EXPECT_EQ(a->dcn_id, c->dcn_id);    // same column
+  EXPECT_NE(a->dcn_id, b->dcn_id);
+  EXPECT_NE(a->ici_key, other->ici_key);
+}
+
+TEST(AxisGroupTest, BadAxisNamesAreRejected) {
+  Fixture f = Make(1, 2, {1, 2, 1}, {1, 1, 1});
+  auto unknown = MakeAxisGroup(f.mesh, f.devices, {"pipeline"}, 0);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().message(),
+            "unknown mesh axis 'pipeline': expected one of data, fsdp, tensor");
+  auto twice = MakeAxisGroup(f.mesh, f.devices, {"fsdp", "fsdp"}, 0);
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace multislice::runtime

@@ -1,1 +1,286 @@
-// placeholder: being written
+#include "runtime/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+extern char** environ;
+
+namespace multislice::runtime {
+namespace {
+
+volatile std::sig_atomic_t g_forwarded_signal = 0;
+
+void RecordSignal(int sig) { g_forwarded_signal = sig; }
+
+void WriteAll(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+// One output stream of one child, relayed line by line with a prefix.
+struct Relay {
+  int fd = -1;
+  int to_fd = 1;
+  std::string prefix;
+  std::string partial;
+
+  // Reads what is available; returns false at end of stream.
+  bool Pump() {
+    char buf[65536];
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+    if (n <= 0) {
+      Flush();
+      ::close(fd);
+      fd = -1;
+      return false;
+    }
+    partial.append(buf, static_cast<size_t>(n));
+    std::string lines;
+    size_t start = 0;
+    for (size_t nl; (nl = partial.find('\n', start)) != std::string::npos;
+         start = nl + 1) {
+      lines += prefix;
+      lines.append(partial, start, nl + 1 - start);
+    }
+    partial.erase(0, start);
+    if (!lines.empty()) WriteAll(to_fd, lines);
+    return true;
+  }
+  void Flush() {
+    if (!partial.empty()) WriteAll(to_fd, prefix + partial + "\n");
+    partial.clear();
+  }
+};
+
+struct Child {
+  pid_t pid = -1;
+  bool running = false;
+  int exit_code = 0;
+};
+
+int ExitCodeOf(int wait_status) {
+  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
+  return 1;
+}
+
+// Starts one worker; returns its pid or -1. Everything the child needs is
+// prepared before fork() so that the child only makes async-signal-safe
+// calls until exec.
+pid_t Spawn(const WorkerProcess& worker, int out_write, int err_write,
+            int out_read, int err_read) {
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
+  for (const std::string& kv : worker.env) {
+    const std::string name = kv.substr(0, kv.find('=') + 1);
+    std::erase_if(env_strings, [&](const std::string& s) {
+      return s.compare(0, name.size(), name) == 0;
+    });
+    env_strings.push_back(kv);
+  }
+  std::vector<char*> envp, argv;
+  for (std::string& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = worker.argv;
+  for (std::string& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const pid_t parent = ::getpid();
+
+  pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  // Child.
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(127);
+  ::signal(SIGINT, SIG_DFL);
+  ::signal(SIGTERM, SIG_DFL);
+  ::dup2(out_write, 1);
+  ::dup2(err_write, 2);
+  ::close(out_read);
+  ::close(err_read);
+  ::close(out_write);
+  ::close(err_write);
+  ::execve(argv[0], argv.data(), envp.data());
+  const char msg[] = "multislice: cannot start worker program\n";
+  (void)!::write(2, msg, sizeof msg - 1);
+  ::_exit(127);
+}
+
+void SignalAll(std::vector<Child>& children, int sig) {
+  for (Child& c : children) {
+    if (c.running) ::kill(-c.pid, sig);
+  }
+}
+
+}  // namespace
+
+std::string SelfExecutable() {
+  std::error_code ec;
+  auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("/proc/self/exe") : path.string();
+}
+
+LaunchResult RunWorkers(const LaunchOptions& options) {
+  struct sigaction action {
+  }, old_int{}, old_term{};
+  action.sa_handler = RecordSignal;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGINT, &action, &old_int);
+  ::sigaction(SIGTERM, &action, &old_term);
+  g_forwarded_signal = 0;
+
+  const size_t n = options.workers.size();
+  std::vector<Child> children(n);
+  std::vector<Relay> relays;
+  LaunchResult result;
+  for (size_t i = 0; i < n; ++i) {
+    int out_pipe[2], err_pipe[2];
+    if (::pipe2(out_pipe, O_CLOEXEC) != 0 ||
+        ::pipe2(err_pipe, O_CLOEXEC) != 0) {
+      std::perror("multislice: pipe");
+      result = {1, static_cast<int>(i)};
+      break;
+    }
+    pid_t pid = Spawn(options.workers[i], out_pipe[1], err_pipe[1], out_pipe[0],
+                      err_pipe[0]);
+    ::close(out_pipe[1]);
+    ::close(err_pipe[1]);
+    if (pid < 0) {
+      ::close(out_pipe[0]);
+      ::close(err_pipe[0]);
+      std::perror("multislice: fork");
+      result = {1, static_cast<int>(i)};
+      break;
+    }
+    ::setpgid(pid, pid);  // also done by the child; whichever runs first
+    children[i] = {pid, true, 0};
+    relays.push_back(
+        {out_pipe[0], options.out_fd, options.workers[i].prefix, ""});
+    relays.push_back(
+        {err_pipe[0], options.err_fd, options.workers[i].prefix, ""});
+  }
+
+  using Clock = std::chrono::steady_clock;
+  bool stopping = result.exit_code != 0;
+  Clock::time_point kill_at = Clock::now() + options.stop_grace;
+  if (stopping) SignalAll(children, SIGTERM);
+
+  auto any_running = [&] {
+    for (const Child& c : children)
+      if (c.running) return true;
+    return false;
+  };
+  while (any_running()) {
+    std::vector<pollfd> fds;
+    std::vector<Relay*> open;
+    for (Relay& r : relays) {
+      if (r.fd >= 0) {
+        fds.push_back({r.fd, POLLIN, 0});
+        open.push_back(&r);
+      }
+    }
+    ::poll(fds.data(), fds.size(), 50);
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) open[i]->Pump();
+    }
+    for (size_t i = 0; i < n; ++i) {
+      Child& c = children[i];
+      if (!c.running) continue;
+      int status = 0;
+      pid_t got = ::waitpid(c.pid, &status, WNOHANG);
+      if (got != c.pid) continue;
+      c.running = false;
+      c.exit_code = ExitCodeOf(status);
+      if (c.exit_code != 0 && result.exit_code == 0) {
+        result = {c.exit_code, static_cast<int>(i)};
+      }
+    }
+    if (!stopping && (result.exit_code != 0 || g_forwarded_signal != 0)) {
+      if (result.exit_code == 0) result.exit_code = 128 + g_forwarded_signal;
+      stopping = true;
+      kill_at = Clock::now() + options.stop_grace;
+      SignalAll(children, SIGTERM);
+    }
+    if (stopping && Clock::now() >= kill_at) SignalAll(children, SIGKILL);
+  }
+  // Drain what the children wrote before exiting.
+  for (Relay& r : relays) {
+    while (r.fd >= 0 && r.Pump()) {
+    }
+  }
+  ::sigaction(SIGINT, &old_int, nullptr);
+  ::sigaction(SIGTERM, &old_term, nullptr);
+  return result;
+}
+
+std::vector<WorkerProcess> LocalWorkers(const LocalJobOptions& options,
+                                        const std::string& store_dir) {
+  std::vector<WorkerProcess> workers;
+  for (int s = 0; s < options.num_slices; ++s) {
+    WorkerEnv w;
+    w.coordinator_address = "file://" + store_dir;
+    w.num_slices = options.num_slices;
+    w.slice_id = s;
+    w.worker_id = 0;
+    w.worker_hostnames = {"127.0.0.1"};
+    w.accelerator_type = options.accelerator_type;
+    w.run_id = options.run_id.empty() ? "local-" + std::to_string(::getpid())
+                                      : options.run_id;
+    w.attempt = options.attempt;
+    WorkerProcess p;
+    p.argv = options.argv;
+    p.argv[0] = SelfExecutable();
+    p.env = w.ToEnvironment();
+    p.prefix = "[" + w.name() + "] ";
+    workers.push_back(std::move(p));
+  }
+  return workers;
+}
+
+int RunLocalJob(const LocalJobOptions& options,
+                const std::function<int(const WorkerEnv&)>& worker_main) {
+  auto env = ReadWorkerEnv(ProcessEnvironment());
+  if (!env.ok()) {
+    std::fprintf(stderr, "multislice: %s\n", env.status().message().c_str());
+    return 2;
+  }
+  if (env->has_value()) return worker_main(**env);
+
+  char dir_template[] = "/tmp/multislice-store-XXXXXX";
+  if (::mkdtemp(dir_template) == nullptr) {
+    std::perror("multislice: cannot create the rendezvous directory");
+    return 1;
+  }
+  const std::string store_dir = dir_template;
+  LaunchOptions launch;
+  launch.workers = LocalWorkers(options, store_dir);
+  LaunchResult result = RunWorkers(launch);
+  std::error_code ec;
+  std::filesystem::remove_all(store_dir, ec);
+  if (result.exit_code != 0 && result.failed_worker >= 0) {
+    std::fprintf(stderr,
+                 "multislice: %s exited with code %d; stopped the "
+                 "other workers\n",
+                 WorkerName(result.failed_worker, 0).c_str(), result.exit_code);
+  }
+  return result.exit_code;
+}
+
+}  // namespace multislice::runtime

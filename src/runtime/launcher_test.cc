@@ -1,1 +1,96 @@
-// placeholder: being written
+#include "runtime/launcher.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+namespace multislice::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+WorkerProcess Shell(const std::string& script, const std::string& prefix) {
+  return WorkerProcess{{"/bin/sh", "-c", script}, {"GREETING=hi"}, prefix};
+}
+
+class CapturedOutput {
+ public:
+  CapturedOutput() {
+    char name[] = "/tmp/launcher-test-XXXXXX";
+    fd_ = ::mkstemp(name);
+    path_ = name;
+  }
+  ~CapturedOutput() {
+    ::close(fd_);
+    ::unlink(path_.c_str());
+  }
+  int fd() const { return fd_; }
+  std::string Read() const {
+    std::ifstream in(path_);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+ private:
+  int fd_;
+  std::string path_;
+};
+
+TEST(LauncherTest, PrefixesEveryLineAndPassesTheEnvironment) {
+  CapturedOutput out, err;
+  LaunchOptions options;
+  options.workers = {Shell("echo one; echo $GREETING; printf tail", "[a] "),
+                     Shell("echo oops >&2", "[b] ")};
+  options.out_fd = out.fd();
+  options.err_fd = err.fd();
+  LaunchResult result = RunWorkers(options);
+  EXPECT_EQ(result.exit_code, 0);
+  EXPECT_EQ(result.failed_worker, -1);
+  EXPECT_EQ(out.Read(), "[a] one\n[a] hi\n[a] tail\n");
+  EXPECT_EQ(err.Read(), "[b] oops\n");
+}
+
+TEST(LauncherTest, FirstFailureStopsTheOthersAndIsReturned) {
+  CapturedOutput out, err;
+  LaunchOptions options;
+  options.workers = {Shell("sleep 30", "[a] "), Shell("exit 3", "[b] "),
+                     Shell("sleep 30", "[c] ")};
+  options.out_fd = out.fd();
+  options.err_fd = err.fd();
+  auto start = Clock::now();
+  LaunchResult result = RunWorkers(options);
+  EXPECT_EQ(result.exit_code, 3);
+  EXPECT_EQ(result.failed_worker, 1);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST(LauncherTest, WorkersThatIgnoreSigtermAreKilledAfterTheGrace) {
+  CapturedOutput out, err;
+  LaunchOptions options;
+  options.workers = {Shell("trap '' TERM; sleep 30 & wait; sleep 30", "[a] "),
+                     Shell("sleep 0.2; exit 5", "[b] ")};
+  options.stop_grace = std::chrono::milliseconds(500);
+  options.out_fd = out.fd();
+  options.err_fd = err.fd();
+  auto start = Clock::now();
+  LaunchResult result = RunWorkers(options);
+  EXPECT_EQ(result.exit_code, 5);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST(LauncherTest, WorkerKilledBySignalReports128PlusSignal) {
+  CapturedOutput out, err;
+  LaunchOptions options;
+  options.workers = {Shell("kill -9 $$", "[a] ")};
+  options.out_fd = out.fd();
+  options.err_fd = err.fd();
+  EXPECT_EQ(RunWorkers(options).exit_code, 128 + 9);
+}
+
+}  // namespace
+}  // namespace multislice::runtime

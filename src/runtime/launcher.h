@@ -1,0 +1,73 @@
+// Starting the workers of a job on this machine.
+//
+// RunWorkers starts one child process per worker, relays every line the
+// children print with a "[slice s worker w] " prefix, and waits. When a
+// worker fails it stops the others (SIGTERM to each worker's process group,
+// SIGKILL after a grace period), reaps every child, and returns the failed
+// worker's exit code (128 + signal for a worker killed by a signal). A
+// SIGINT or SIGTERM to the launcher is forwarded the same way. Children die
+// with the launcher (PR_SET_PDEATHSIG), so no worker outlives it.
+//
+// RunLocalJob is the one-machine default behind `multislice <command>
+// --num_slices S`: when this process was started as a worker (the variables
+// of worker_env.h are set) it runs the worker body in-process; otherwise it
+// creates a file:// store in a fresh temporary directory, starts S workers
+// that re-run this binary with the same arguments and the worker
+// environment, and removes the store when they are done.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/worker_env.h"
+
+namespace multislice::runtime {
+
+struct WorkerProcess {
+  std::vector<std::string> argv;  // argv[0] is the program path
+  std::vector<std::string> env;   // "NAME=value", added to ours
+  std::string prefix;             // put before every output line
+};
+
+struct LaunchOptions {
+  std::vector<WorkerProcess> workers;
+  // Time between SIGTERM and SIGKILL when stopping workers.
+  std::chrono::milliseconds stop_grace{5000};
+  int out_fd = 1;  // where children's stdout lines go
+  int err_fd = 2;  // where children's stderr lines go
+};
+
+struct LaunchResult {
+  int exit_code = 0;       // 0 when every worker succeeded
+  int failed_worker = -1;  // index into LaunchOptions::workers, or -1
+};
+
+LaunchResult RunWorkers(const LaunchOptions& options);
+
+struct LocalJobOptions {
+  int num_slices = 1;
+  std::string accelerator_type;  // e.g. cpu-4 (one host per slice)
+  std::string run_id;            // default: "local-<pid>"
+  int attempt = 0;
+  // The command line to re-run in every worker (argv of this process).
+  std::vector<std::string> argv;
+};
+
+// The worker processes of a local job whose store is the directory
+// `store_dir`: one per slice, each re-running options.argv with argv[0]
+// replaced by this executable and the worker environment set.
+std::vector<WorkerProcess> LocalWorkers(const LocalJobOptions& options,
+                                        const std::string& store_dir);
+
+// Runs `worker_main` here when the worker environment is present (returning
+// its exit code), else launches the local slices as described above.
+// Returns 2 with a one-line message when the environment is malformed.
+int RunLocalJob(const LocalJobOptions& options,
+                const std::function<int(const WorkerEnv&)>& worker_main);
+
+// The path of the running executable (/proc/self/exe resolved).
+std::string SelfExecutable();
+
+}  // namespace multislice::runtime

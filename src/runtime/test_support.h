@@ -1,0 +1,66 @@
+// Helpers for the runtime's multi-process tests: a test binary re-runs itself
+// as the workers of a local job (argv[1] == "--worker"), each worker builds a
+// Runtime from the worker environment, and the parent checks exit codes.
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/bf16.h"
+#include "runtime/comm/types.h"
+#include "runtime/launcher.h"
+
+namespace multislice::runtime::testing {
+
+// A fresh directory under /tmp, removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    char name[] = "/tmp/multislice-test-XXXXXX";
+    path_ = ::mkdtemp(name);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Runs `args` (after argv[0]) in `num_slices` local workers of this test
+// binary with a cpu-`devices` accelerator; returns the launcher's result.
+inline LaunchResult RunSelfAsWorkers(int num_slices, int devices,
+                                     const std::vector<std::string>& args,
+                                     const std::string& run_id = "test") {
+  TempDir store;
+  LocalJobOptions job;
+  job.num_slices = num_slices;
+  job.accelerator_type = "cpu-" + std::to_string(devices);
+  job.run_id = run_id;
+  job.argv = {"self"};
+  job.argv.insert(job.argv.end(), args.begin(), args.end());
+  LaunchOptions launch;
+  launch.workers = LocalWorkers(job, store.path());
+  return RunWorkers(launch);
+}
+
+// Element access for f32 and bf16 buffers held as bytes.
+inline void SetElement(comm::DType t, void* buf, size_t i, float v) {
+  if (t == comm::DType::kF32) {
+    static_cast<float*>(buf)[i] = v;
+  } else {
+    static_cast<bf16*>(buf)[i] = bf16(v);
+  }
+}
+inline float GetElement(comm::DType t, const void* buf, size_t i) {
+  if (t == comm::DType::kF32) return static_cast<const float*>(buf)[i];
+  return static_cast<float>(static_cast<const bf16*>(buf)[i]);
+}
+
+}  // namespace multislice::runtime::testing
