@@ -9,13 +9,37 @@
 // intermediate copies): an all-reduce is one fused pass in which member r
 // reduces its 1/size share from every input and writes it into every output.
 //
+// Every member passes the same layouts (each member reads the peers'
+// segments from its own copy).
+//
 // Thread-safety: one thread per rank at a time; different ranks call
 // concurrently. Every wait is bounded by the group's timeout and ends in
 // kDeadlineExceeded naming the group and the phase.
 //
 // Sizes and offsets are in elements of `dtype`. Bytes this member sends (as
 // defined in comm::TrafficCounters) are added to *bytes_sent when it is not
-// null.
+// null, after a successful call. The rule: bytes of this member's buffers
+// that a peer reads, plus bytes this member writes into a peer's buffers;
+// copies within one member's own buffers are free. So the fused all-reduce
+// counts what a ring would. With S the bytes of the whole array, k = size,
+// s_r the bytes of member r's share (AllReduce: PartitionSegment(count, k,
+// r); layouts: its segments) and L the bytes of all segments of a layout:
+//   AllReduce       S - s_r + (k-1) s_r   (balanced: 2(k-1)/k S, as a ring)
+//   ReduceScatter   L - s_r               (balanced: (k-1)/k S)
+//   AllGather       (k-1) s_r             (balanced: (k-1)/k S)
+//   Broadcast       root: S; others: (k-2) p_r, where p_r is their
+//                   PartitionSegment of S over the k-1 non-root members
+//   Scatter         root: L - s_root; others: 0
+//   AllToAll        sum over j != r of send[r][j]
+//   Barrier         0
+// Size 1 groups count nothing.
+//
+// Members that call different operations (kind, dtype, reduction, count or
+// root) all get kInvalidArgument, and the group stays usable. After a
+// timeout the group is broken: the members still waiting give up with
+// kUnavailable and every later call fails with kFailedPrecondition. A member
+// that gave up may still have its buffers read by a slow peer, so treat a
+// timeout as fatal to the job.
 #pragma once
 
 #include <chrono>
