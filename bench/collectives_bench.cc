@@ -1,1 +1,698 @@
-// placeholder: being written
+#include "bench/collectives_bench.h"
+
+#include <gloo/allreduce.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "bench/membw.h"
+#include "common/bf16.h"
+#include "runtime/comm/reduce.h"
+#include "runtime/launcher.h"
+
+namespace multislice::bench {
+namespace {
+
+using comm::DType;
+using comm::ReduceOp;
+using runtime::Axes;
+using runtime::AxisGroup;
+using runtime::DeviceCollectives;
+using Clock = std::chrono::steady_clock;
+
+const Axes kAllAxes = {"data", "fsdp", "tensor"};
+
+Axes AxesOfPath(const std::string& path) {
+  if (path == "ici") return {"fsdp"};
+  if (path == "dcn") return {"data"};
+  return {"data", "fsdp"};  // two-level, and the flat baselines' group
+}
+
+double BusFactor(const std::string& op, int n) {
+  if (n <= 1) return 0;
+  return op == "all_reduce" ? 2.0 * (n - 1) / n
+                            : static_cast<double>(n - 1) / n;
+}
+
+// Bytes each device should send over DCN for one collective of S bytes.
+double DcnFormula(const std::string& op, const AxisGroup& g, double s) {
+  const double m = g.dcn_size, k = g.ici_size;
+  if (m <= 1) return 0;
+  const double per_column = op == "all_reduce" ? 2 * (m - 1) / m : (m - 1) / m;
+  return per_column * s / k;
+}
+
+float Pattern(int device, size_t i) {
+  return static_cast<float>(static_cast<int>((device * 7 + i * 3) % 11)) - 5.0f;
+}
+
+void SetValue(DType t, void* buf, size_t i, float v) {
+  if (t == DType::kF32) {
+    static_cast<float*>(buf)[i] = v;
+  } else {
+    static_cast<bf16*>(buf)[i] = bf16(v);
+  }
+}
+float GetValue(DType t, const void* buf, size_t i) {
+  if (t == DType::kF32) return static_cast<const float*>(buf)[i];
+  return static_cast<float>(static_cast<const bf16*>(buf)[i]);
+}
+
+struct Stats {
+  double median_us = 0, min_us = 0, max_us = 0;
+};
+Stats Summarize(std::vector<double> us) {
+  std::sort(us.begin(), us.end());
+  return {us[us.size() / 2], us.front(), us.back()};
+}
+
+struct Row {
+  std::string op, path;
+  long long bytes = 0;
+  size_t count = 0;
+  int group_size = 1;
+  Stats oop, ip;
+  long long wrong_oop = 0, wrong_ip = 0;
+  double gloo_busbw = -1;  // same group, Gloo's own all-reduce
+  double dcn_bytes = 0, dcn_formula = 0;
+};
+
+// What one device does for the whole benchmark. Each device thread owns one.
+class DeviceRunner {
+ public:
+  DeviceRunner(runtime::Runtime& rt, int local,
+               const CollectivesBenchOptions& options)
+      : rt_(rt),
+        local_(local),
+        device_(rt.local_devices()[local]),
+        coll_(rt.collectives(local)),
+        options_(options),
+        es_(comm::SizeOf(options.dtype)) {
+    // Pre-touched buffers of the largest size, reused for every case.
+    in_.assign(static_cast<size_t>(options.max_bytes), std::byte{1});
+    out_.assign(static_cast<size_t>(options.max_bytes), std::byte{1});
+  }
+
+  Status Barrier() { return coll_.Barrier(kAllAxes, "bench:barrier").Wait(); }
+
+  // Times `iters` runs of one collective (after warm-up), then checks one
+  // more run on fresh data. Returns times in microseconds.
+  Status Run(const std::string& op, const Axes& axes, size_t count,
+             bool in_place, std::vector<double>* times, long long* wrong,
+             double* dcn_bytes) {
+    ASSIGN_OR_RETURN(const AxisGroup* g, coll_.Group(axes));
+    const comm::Segment mine = comm::PartitionSegment(count, g->size, g->rank);
+    void* in = in_.data();
+    void* out = out_.data();
+    if (in_place) {
+      if (op == "all_reduce") out = in;
+      if (op == "reduce_scatter") out = in_.data() + mine.offset * es_;
+      if (op == "all_gather") in = out_.data() + mine.offset * es_;
+    }
+    auto launch = [&] {
+      const std::string label = "bench:" + op;
+      if (op == "all_reduce") {
+        return coll_.AllReduce(axes, in, out, count, options_.dtype,
+                               ReduceOp::kSum, label);
+      }
+      if (op == "reduce_scatter") {
+        return coll_.ReduceScatter(axes, in, out, count, options_.dtype,
+                                   ReduceOp::kSum, label);
+      }
+      return coll_.AllGather(axes, in, out, count, options_.dtype, label);
+    };
+    times->clear();
+    for (int i = 0; i < options_.warmup_iters + options_.iters; ++i) {
+      RETURN_IF_ERROR(Barrier());
+      auto start = Clock::now();
+      RETURN_IF_ERROR(launch().Wait());
+      const double us =
+          std::chrono::duration<double, std::micro>(Clock::now() - start)
+              .count();
+      if (i >= options_.warmup_iters) times->push_back(us);
+    }
+    // Check: fill with the pattern, run once, compare every value.
+    const size_t in_count = op == "all_gather" ? mine.count : count;
+    const size_t in_offset = op == "all_gather" ? mine.offset : 0;
+    for (size_t i = 0; i < in_count; ++i) {
+      SetValue(options_.dtype, in, i, Pattern(device_, in_offset + i));
+    }
+    RETURN_IF_ERROR(Barrier());
+    const uint64_t before = coll_.counters().dcn_bytes_sent;
+    RETURN_IF_ERROR(launch().Wait());
+    *dcn_bytes = static_cast<double>(coll_.counters().dcn_bytes_sent - before);
+    auto sum_over_group = [&](size_t i) {
+      float acc = 0;
+      for (int member : g->members) acc += Pattern(member, i);
+      return acc;
+    };
+    *wrong = 0;
+    if (op == "all_reduce") {
+      for (size_t i = 0; i < count; ++i) {
+        *wrong += GetValue(options_.dtype, out, i) != sum_over_group(i);
+      }
+    } else if (op == "reduce_scatter") {
+      for (size_t i = 0; i < mine.count; ++i) {
+        *wrong +=
+            GetValue(options_.dtype, out, i) != sum_over_group(mine.offset + i);
+      }
+    } else {
+      for (int s = 0; s < g->size; ++s) {
+        const comm::Segment c = comm::PartitionSegment(count, g->size, s);
+        for (size_t i = c.offset; i < c.offset + c.count; ++i) {
+          *wrong +=
+              GetValue(options_.dtype, out, i) != Pattern(g->members[s], i);
+        }
+      }
+    }
+    return OkStatus();
+  }
+
+  // Connects a Gloo context over the group of `axes` (every device of the
+  // job joins one group per call, concurrently).
+  Status ConnectGloo(const std::string& name, const Axes& axes) {
+    ASSIGN_OR_RETURN(const AxisGroup* g, coll_.Group(axes));
+    std::string members;
+    for (int m : g->members) members += std::to_string(m) + "-";
+    dcn::ConnectOptions connect;
+    connect.rank = g->rank;
+    connect.size = g->size;
+    connect.hostname = rt_.env().hostname();
+    connect.key_prefix = "bench/gloo/" + name + "/" + members + "/";
+    connect.timeout = rt_.timeout();
+    for (int m : g->members) {
+      const mesh::Device& d = rt_.devices()[m];
+      connect.peer_names.push_back("device " + std::to_string(m) + " (" +
+                                   runtime::WorkerName(d.slice_index, d.host) +
+                                   ")");
+    }
+    auto comm = dcn::Communicator::Connect(rt_.store(), connect);
+    if (!comm.ok()) return comm.status();
+    gloo_[name] = std::move(comm).value();
+    return OkStatus();
+  }
+
+  // Gloo's own all-reduce (ring) on the group connected as `name`.
+  Status RunGloo(const std::string& name, size_t count,
+                 std::vector<double>* times) {
+    std::shared_ptr<gloo::Context> context = gloo_.at(name)->gloo_context();
+    times->clear();
+    for (int i = 0; i < options_.warmup_iters + options_.iters; ++i) {
+      RETURN_IF_ERROR(Barrier());
+      auto start = Clock::now();
+      try {
+        gloo::AllreduceOptions opts(context);
+        if (options_.dtype == DType::kF32) {
+          opts.setInput(reinterpret_cast<float*>(in_.data()), count);
+          opts.setOutput(reinterpret_cast<float*>(out_.data()), count);
+          opts.setReduceFunction(
+              [](void* c, const void* a, const void* b, size_t n) {
+                gloo::sum<float>(c, a, b, n);
+              });
+        } else {
+          opts.setInput(reinterpret_cast<uint16_t*>(in_.data()), count);
+          opts.setOutput(reinterpret_cast<uint16_t*>(out_.data()), count);
+          opts.setReduceFunction(
+              [](void* c, const void* a, const void* b, size_t n) {
+                comm::Reduce2(DType::kBF16, ReduceOp::kSum, c, a, b, n);
+              });
+        }
+        opts.setTimeout(rt_.timeout());
+        gloo::allreduce(opts);
+      } catch (const std::exception& e) {
+        return Unavailable(std::string("gloo all-reduce: ") + e.what());
+      }
+      const double us =
+          std::chrono::duration<double, std::micro>(Clock::now() - start)
+              .count();
+      if (i >= options_.warmup_iters) times->push_back(us);
+    }
+    return OkStatus();
+  }
+
+  // Combines per-device values over every device of the job: max or sum.
+  Status Combine(std::vector<float>* values, ReduceOp op) {
+    return coll_
+        .AllReduce(kAllAxes, values->data(), values->data(), values->size(),
+                   DType::kF32, op, "bench:combine")
+        .Wait();
+  }
+
+  DeviceCollectives& collectives() { return coll_; }
+
+ private:
+  runtime::Runtime& rt_;
+  const int local_;
+  const int device_;
+  DeviceCollectives& coll_;
+  const CollectivesBenchOptions& options_;
+  const size_t es_;
+  std::vector<std::byte> in_, out_;
+  std::map<std::string, std::unique_ptr<dcn::Communicator>> gloo_;
+};
+
+std::string FormatBytes(double b) {
+  char buf[32];
+  if (b >= 1 << 20) {
+    std::snprintf(buf, sizeof buf, "%.0fM", b / (1 << 20));
+  } else if (b >= 1024) {
+    std::snprintf(buf, sizeof buf, "%.0fK", b / 1024);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.0f", b);
+  }
+  return buf;
+}
+
+// Prints tables on the first device of the job.
+class Reporter {
+ public:
+  Reporter(const CollectivesBenchOptions& options, runtime::Runtime& rt,
+           const MemoryBandwidth& membw)
+      : options_(options), rt_(rt), membw_(membw) {}
+
+  void Header() {
+    if (options_.json) return;
+    std::printf(
+        "# multislice bench collectives: %d slice(s) x %s = %d devices, "
+        "dtype %s, iters %d (median, min, max after %d warm-up)\n",
+        rt_.env().num_slices, rt_.env().accelerator_type.c_str(),
+        static_cast<int>(rt_.devices().size()),
+        std::string(comm::Name(options_.dtype)).c_str(), options_.iters,
+        options_.warmup_iters);
+    std::printf(
+        "# host memory bandwidth: %.1f GB/s (y += x over %s f32, %d "
+        "threads; min %.1f, max %.1f)\n",
+        membw_.median_gbps, FormatBytes(membw_.bytes).c_str(), membw_.threads,
+        membw_.min_gbps, membw_.max_gbps);
+    std::fflush(stdout);
+  }
+
+  void Section(const std::string& op, const std::string& path,
+               const AxisGroup& g) {
+    if (options_.json) return;
+    std::printf("#\n# %s, path %s: axes (%s), %d devices per group (%d x %d)\n",
+                op.c_str(), path.c_str(), g.axes_label.c_str(), g.size,
+                g.dcn_size, g.ici_size);
+    std::printf(
+        "#%13s %11s %6s %5s | %10s %8s %8s %6s | %10s %8s %8s %6s | %10s "
+        "%10s %7s %9s %7s %10s %10s\n",
+        "size(B)", "count", "type", "redop", "time(us)", "algbw", "busbw",
+        "#wrong", "time(us)", "algbw", "busbw", "#wrong", "min(us)", "max(us)",
+        "%membw", "gloo-bus", "vs-gloo", "dcnB/dev", "formula");
+    std::fflush(stdout);
+  }
+
+  void Print(const Row& r) {
+    rows_.push_back(r);
+    if (options_.json) return;
+    const double algbw = r.bytes / r.oop.median_us / 1e3;
+    const double busbw = algbw * BusFactor(r.op, r.group_size);
+    const double algbw_ip = r.bytes / r.ip.median_us / 1e3;
+    const double busbw_ip = algbw_ip * BusFactor(r.op, r.group_size);
+    char gloo[32] = "-", ratio[32] = "-";
+    if (r.gloo_busbw > 0) {
+      std::snprintf(gloo, sizeof gloo, "%.2f", r.gloo_busbw);
+      std::snprintf(ratio, sizeof ratio, "%.2fx", busbw / r.gloo_busbw);
+    }
+    std::printf(
+        " %13lld %11zu %6s %5s | %10.1f %8.2f %8.2f %6lld | %10.1f %8.2f "
+        "%8.2f %6lld | %10.1f %10.1f %6.1f%% %9s %7s %10.0f %10.0f\n",
+        r.bytes, r.count, std::string(comm::Name(options_.dtype)).c_str(),
+        r.op == "all_gather" ? "none" : "sum", r.oop.median_us, algbw, busbw,
+        r.wrong_oop, r.ip.median_us, algbw_ip, busbw_ip, r.wrong_ip,
+        r.oop.min_us, r.oop.max_us, 100 * busbw / membw_.median_gbps, gloo,
+        ratio, r.dcn_bytes, r.dcn_formula);
+    std::fflush(stdout);
+  }
+
+  void Baseline(const std::string& name, const std::string& note) {
+    if (options_.json) {
+      baseline_notes_[name] = note;
+      return;
+    }
+    std::printf("#\n# all_reduce, baseline %s: %s\n", name.c_str(),
+                note.c_str());
+    std::printf("#%13s %11s %6s %5s | %10s %8s %8s %6s | %10s %10s %7s\n",
+                "size(B)", "count", "type", "redop", "time(us)", "algbw",
+                "busbw", "#wrong", "min(us)", "max(us)", "%membw");
+  }
+
+  void BaselineRow(const std::string& name, long long bytes, size_t count,
+                   int n, const Stats& s, long long wrong) {
+    const double algbw = bytes / s.median_us / 1e3;
+    const double busbw = algbw * BusFactor("all_reduce", n);
+    baselines_[name].push_back({{"bytes", bytes},
+                                {"count", count},
+                                {"participants", n},
+                                {"time_us", s.median_us},
+                                {"min_us", s.min_us},
+                                {"max_us", s.max_us},
+                                {"algbw_gbps", algbw},
+                                {"busbw_gbps", busbw},
+                                {"wrong", wrong}});
+    if (options_.json) return;
+    std::printf(
+        " %13lld %11zu %6s %5s | %10.1f %8.2f %8.2f %6s | %10.1f %10.1f "
+        "%6.1f%%\n",
+        bytes, count, std::string(comm::Name(options_.dtype)).c_str(), "sum",
+        s.median_us, algbw, busbw,
+        wrong < 0 ? "-" : std::to_string(wrong).c_str(), s.min_us, s.max_us,
+        100 * busbw / membw_.median_gbps);
+    std::fflush(stdout);
+  }
+
+  void Finish(long long total_wrong) {
+    if (!options_.json) {
+      std::printf("#\n# Out of bounds values : %lld %s\n", total_wrong,
+                  total_wrong == 0 ? "OK" : "FAILED");
+      return;
+    }
+    nlohmann::json out;
+    out["num_slices"] = rt_.env().num_slices;
+    out["accelerator_type"] = rt_.env().accelerator_type;
+    out["num_devices"] = rt_.devices().size();
+    out["dtype"] = comm::Name(options_.dtype);
+    out["iters"] = options_.iters;
+    out["warmup_iters"] = options_.warmup_iters;
+    out["memory_bandwidth_gbps"] = {{"median", membw_.median_gbps},
+                                    {"min", membw_.min_gbps},
+                                    {"max", membw_.max_gbps},
+                                    {"threads", membw_.threads},
+                                    {"bytes", membw_.bytes}};
+    nlohmann::json rows = nlohmann::json::array();
+    for (const Row& r : rows_) {
+      const double algbw = r.bytes / r.oop.median_us / 1e3;
+      const double busbw = algbw * BusFactor(r.op, r.group_size);
+      const double algbw_ip = r.bytes / r.ip.median_us / 1e3;
+      nlohmann::json row = {
+          {"op", r.op},
+          {"path", r.path},
+          {"bytes", r.bytes},
+          {"count", r.count},
+          {"participants", r.group_size},
+          {"out_of_place",
+           {{"time_us", r.oop.median_us},
+            {"min_us", r.oop.min_us},
+            {"max_us", r.oop.max_us},
+            {"algbw_gbps", algbw},
+            {"busbw_gbps", busbw},
+            {"wrong", r.wrong_oop}}},
+          {"in_place",
+           {{"time_us", r.ip.median_us},
+            {"min_us", r.ip.min_us},
+            {"max_us", r.ip.max_us},
+            {"algbw_gbps", algbw_ip},
+            {"busbw_gbps", algbw_ip * BusFactor(r.op, r.group_size)},
+            {"wrong", r.wrong_ip}}},
+          {"busbw_over_membw", busbw / membw_.median_gbps},
+          {"dcn_bytes_per_device", r.dcn_bytes},
+          {"dcn_bytes_formula", r.dcn_formula}};
+      if (r.gloo_busbw > 0) {
+        row["gloo_same_group_busbw_gbps"] = r.gloo_busbw;
+        row["vs_gloo"] = busbw / r.gloo_busbw;
+      }
+      rows.push_back(row);
+    }
+    out["results"] = rows;
+    out["baselines"] = baselines_;
+    out["baseline_notes"] = baseline_notes_;
+    out["wrong"] = total_wrong;
+    std::printf("%s\n", out.dump(2).c_str());
+  }
+
+ private:
+  const CollectivesBenchOptions& options_;
+  runtime::Runtime& rt_;
+  MemoryBandwidth membw_;
+  std::vector<Row> rows_;
+  nlohmann::json baselines_ = nlohmann::json::object();
+  nlohmann::json baseline_notes_ = nlohmann::json::object();
+};
+
+std::vector<long long> Sizes(const CollectivesBenchOptions& o) {
+  std::vector<long long> sizes;
+  for (long long b = o.min_bytes; b <= o.max_bytes; b *= o.step_factor) {
+    sizes.push_back(b);
+    if (o.step_factor <= 1) break;
+  }
+  return sizes;
+}
+
+// Runs Open MPI's all-reduce over every device of the job; the job must be on
+// this machine. Returns rows of JSON from the helper, or an explanation.
+Result<std::vector<nlohmann::json>> RunMpiFlat(
+    const CollectivesBenchOptions& options, int ranks) {
+  const std::string helper =
+      (std::filesystem::path(runtime::SelfExecutable()).parent_path() /
+       "multislice-mpi-allreduce")
+          .string();
+  if (::access(helper.c_str(), X_OK) != 0) {
+    return NotFound("not built (Open MPI's development files were missing)");
+  }
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {
+    return NotFound("mpirun is not installed (Debian package openmpi-bin)");
+  }
+  std::string sizes;
+  for (long long b : Sizes(options)) {
+    sizes += (sizes.empty() ? "" : ",") + std::to_string(b);
+  }
+  // TCP between ranks, as DCN is; one rank per device.
+  const std::string command =
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun "
+      "--oversubscribe --bind-to none --mca btl self,tcp -np " +
+      std::to_string(ranks) + " " + helper + " " + sizes + " " +
+      std::to_string(options.iters) + " " +
+      std::to_string(options.warmup_iters) + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return Internal("cannot run mpirun");
+  std::vector<nlohmann::json> rows;
+  std::string output;
+  char line[4096];
+  while (std::fgets(line, sizeof line, pipe) != nullptr) {
+    output += line;
+    auto parsed = nlohmann::json::parse(line, nullptr, false);
+    if (!parsed.is_discarded() && parsed.is_object()) rows.push_back(parsed);
+  }
+  const int status = ::pclose(pipe);
+  if (status != 0 || rows.empty()) {
+    return Internal("mpirun failed: " + output.substr(0, 500));
+  }
+  return rows;
+}
+
+}  // namespace
+
+Status ValidateCollectivesBenchOptions(const CollectivesBenchOptions& o) {
+  for (const std::string& op : o.ops) {
+    if (op != "all_reduce" && op != "reduce_scatter" && op != "all_gather") {
+      return InvalidArgument("--ops: '" + op +
+                             "' is not one of all_reduce, reduce_scatter, "
+                             "all_gather");
+    }
+  }
+  for (const std::string& p : o.paths) {
+    if (p != "ici" && p != "dcn" && p != "two-level") {
+      return InvalidArgument("--paths: '" + p +
+                             "' is not one of ici, dcn, two-level");
+    }
+  }
+  for (const std::string& b : o.baselines) {
+    if (b != "gloo-flat" && b != "mpi-flat") {
+      return InvalidArgument("--baselines: '" + b +
+                             "' is not one of gloo-flat, mpi-flat");
+    }
+  }
+  if (o.min_bytes < 4 || o.max_bytes < o.min_bytes) {
+    return InvalidArgument(
+        "--minbytes/--maxbytes: need 4 <= minbytes <= "
+        "maxbytes, got " +
+        std::to_string(o.min_bytes) + " and " + std::to_string(o.max_bytes));
+  }
+  if (o.max_bytes > (4ll << 30)) {
+    return InvalidArgument("--maxbytes: " + std::to_string(o.max_bytes) +
+                           " is above the 4 GiB limit");
+  }
+  if (o.step_factor < 2) {
+    return InvalidArgument("--stepfactor: expected at least 2, got " +
+                           std::to_string(o.step_factor));
+  }
+  if (o.iters < 1 || o.warmup_iters < 0) {
+    return InvalidArgument(
+        "--iters must be at least 1 and --warmup_iters at "
+        "least 0");
+  }
+  return OkStatus();
+}
+
+int RunCollectivesBench(runtime::Runtime& rt,
+                        const CollectivesBenchOptions& options) {
+  const bool printer = rt.process_index() == 0;
+  const int local_devices = static_cast<int>(rt.local_devices().size());
+  MemoryBandwidth membw;
+  if (printer) membw = MeasureMemoryBandwidth(local_devices, 256 << 20, 5);
+  Reporter reporter(options, rt, membw);
+  if (printer) reporter.Header();
+
+  const size_t es = comm::SizeOf(options.dtype);
+  const std::vector<long long> sizes = Sizes(options);
+  const bool want_gloo_flat =
+      std::find(options.baselines.begin(), options.baselines.end(),
+                "gloo-flat") != options.baselines.end();
+  std::mutex mu;
+  long long total_wrong = 0;
+
+  Status status = rt.RunOnDevices([&](int local) -> Status {
+    DeviceRunner runner(rt, local, options);
+    const bool prints = printer && local == 0;
+    // Which paths exist on this mesh, and their Gloo twins for all_reduce.
+    std::vector<std::string> paths;
+    for (const std::string& path : options.paths) {
+      ASSIGN_OR_RETURN(const AxisGroup* g,
+                       runner.collectives().Group(AxesOfPath(path)));
+      const bool exists =
+          (path == "ici" && g->path() == runtime::Path::kIci) ||
+          (path == "dcn" && g->path() == runtime::Path::kDcn) ||
+          (path == "two-level" && g->path() == runtime::Path::kTwoLevel);
+      if (exists) {
+        paths.push_back(path);
+      } else if (prints && !options.json) {
+        std::printf(
+            "#\n# path %s: not on this mesh (%d slice(s) of %d "
+            "devices), skipped\n",
+            path.c_str(), rt.env().num_slices,
+            rt.accelerator().devices_per_slice());
+      }
+    }
+    const bool all_reduce = std::find(options.ops.begin(), options.ops.end(),
+                                      "all_reduce") != options.ops.end();
+    if (all_reduce) {
+      for (const std::string& path : paths) {
+        RETURN_IF_ERROR(runner.ConnectGloo(path, AxesOfPath(path)));
+      }
+    }
+    if (want_gloo_flat && rt.devices().size() > 1) {
+      RETURN_IF_ERROR(runner.ConnectGloo("gloo-flat", kAllAxes));
+    }
+    for (const std::string& op : options.ops) {
+      for (const std::string& path : paths) {
+        const Axes axes = AxesOfPath(path);
+        ASSIGN_OR_RETURN(const AxisGroup* g, runner.collectives().Group(axes));
+        if (prints) reporter.Section(op, path, *g);
+        for (long long bytes : sizes) {
+          Row row;
+          row.op = op;
+          row.path = path;
+          row.bytes = bytes;
+          row.count = static_cast<size_t>(bytes) / es;
+          row.group_size = g->size;
+          std::vector<double> oop, ip, gloo;
+          long long wrong_oop = 0, wrong_ip = 0;
+          double dcn_oop = 0, dcn_ip = 0;
+          RETURN_IF_ERROR(runner.Run(op, axes, row.count, false, &oop,
+                                     &wrong_oop, &dcn_oop));
+          RETURN_IF_ERROR(
+              runner.Run(op, axes, row.count, true, &ip, &wrong_ip, &dcn_ip));
+          if (op == "all_reduce") {
+            RETURN_IF_ERROR(runner.RunGloo(path, row.count, &gloo));
+          }
+          // Slowest device per iteration; wrong values summed over devices.
+          std::vector<float> slowest(oop.begin(), oop.end());
+          slowest.insert(slowest.end(), ip.begin(), ip.end());
+          slowest.insert(slowest.end(), gloo.begin(), gloo.end());
+          slowest.push_back(static_cast<float>(dcn_oop));
+          RETURN_IF_ERROR(runner.Combine(&slowest, ReduceOp::kMax));
+          std::vector<float> wrong = {static_cast<float>(wrong_oop),
+                                      static_cast<float>(wrong_ip)};
+          RETURN_IF_ERROR(runner.Combine(&wrong, ReduceOp::kSum));
+          if (!prints) continue;
+          const size_t n = oop.size();
+          row.oop = Summarize({slowest.begin(), slowest.begin() + n});
+          row.ip = Summarize({slowest.begin() + n, slowest.begin() + 2 * n});
+          if (!gloo.empty()) {
+            Stats g_stats =
+                Summarize({slowest.begin() + 2 * n, slowest.begin() + 3 * n});
+            row.gloo_busbw = bytes / g_stats.median_us / 1e3 *
+                             BusFactor("all_reduce", g->size);
+          }
+          row.dcn_bytes = slowest.back();
+          row.dcn_formula = DcnFormula(op, *g, static_cast<double>(bytes));
+          row.wrong_oop = static_cast<long long>(wrong[0]);
+          row.wrong_ip = static_cast<long long>(wrong[1]);
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            total_wrong += row.wrong_oop + row.wrong_ip;
+          }
+          reporter.Print(row);
+        }
+      }
+    }
+    if (want_gloo_flat && rt.devices().size() > 1) {
+      if (prints) {
+        reporter.Baseline("gloo-flat",
+                          "gloo::allreduce (ring) over all " +
+                              std::to_string(rt.devices().size()) +
+                              " devices as one group, one rank per device");
+      }
+      for (long long bytes : sizes) {
+        std::vector<double> gloo;
+        const size_t count = static_cast<size_t>(bytes) / es;
+        RETURN_IF_ERROR(runner.RunGloo("gloo-flat", count, &gloo));
+        std::vector<float> slowest(gloo.begin(), gloo.end());
+        RETURN_IF_ERROR(runner.Combine(&slowest, ReduceOp::kMax));
+        if (prints) {
+          reporter.BaselineRow("gloo-flat", bytes, count,
+                               static_cast<int>(rt.devices().size()),
+                               Summarize({slowest.begin(), slowest.end()}), -1);
+        }
+      }
+    }
+    return runner.Barrier();
+  });
+  if (!status.ok()) return 1;
+
+  const bool want_mpi =
+      std::find(options.baselines.begin(), options.baselines.end(),
+                "mpi-flat") != options.baselines.end();
+  if (printer && want_mpi) {
+    const int ranks = static_cast<int>(rt.devices().size());
+    std::string why;
+    if (options.dtype != DType::kF32) why = "MPI has no bf16 type";
+    if (rt.store_address().kind != dcn::StoreAddress::Kind::kFile) {
+      why = "the job spans machines; run mpi-flat on one machine";
+    }
+    if (ranks < 2) why = "needs at least 2 devices";
+    Result<std::vector<nlohmann::json>> rows =
+        why.empty() ? RunMpiFlat(options, ranks)
+                    : Result<std::vector<nlohmann::json>>(NotFound(why));
+    if (!rows.ok()) {
+      reporter.Baseline("mpi-flat", "skipped: " + rows.status().message());
+    } else {
+      reporter.Baseline("mpi-flat", "Open MPI MPI_Allreduce over " +
+                                        std::to_string(ranks) +
+                                        " ranks (one per device), btl tcp");
+      for (const nlohmann::json& r : *rows) {
+        const long long bytes = r["bytes"];
+        const long long wrong = r["wrong"];
+        total_wrong += wrong;
+        reporter.BaselineRow("mpi-flat", bytes, static_cast<size_t>(bytes) / es,
+                             ranks, {r["median_us"], r["min_us"], r["max_us"]},
+                             wrong);
+      }
+    }
+  }
+  if (printer) reporter.Finish(total_wrong);
+  return total_wrong == 0 ? 0 : 1;
+}
+
+}  // namespace multislice::bench

@@ -11,9 +11,15 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <map>
+#include <string>
+#include <vector>
 
 namespace multislice::cli {
 
 using CommandTable = std::map<const CLI::App*, std::function<int()>>;
+
+// The command line of this process, as main() received it. Commands that
+// launch local workers re-run it in every worker.
+std::vector<std::string>& CommandLine();
 
 }  // namespace multislice::cli

@@ -1,6 +1,7 @@
 // The `multislice` binary: one executable, one subcommand per capability.
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include "cli/command.h"
 #include "cli/commands.h"
@@ -25,6 +26,7 @@ int Main(int argc, char** argv) {
       "multislice"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Print help for every command.");
+  CommandLine().assign(argv, argv + argc);
   CommandTable table;
   AddAllCommands(app, table);
   try {
@@ -34,8 +36,16 @@ int Main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    // One line for the user; the full usage is one --help away.
-    std::fprintf(stderr, "multislice: %s (see --help)\n", e.what());
+    // One line for the user, naming the command it is about (e.g.
+    // "multislice mesh: --ici_fsdp_parallelism: 'abc' is not an integer");
+    // the full usage is one --help away.
+    std::string command = "multislice";
+    for (const CLI::App* sub = &app; !sub->get_subcommands().empty();) {
+      sub = sub->get_subcommands().front();
+      command += " " + sub->get_name();
+    }
+    std::fprintf(stderr, "%s: %s (see %s --help)\n", command.c_str(), e.what(),
+                 command.c_str());
     return 2;
   }
   auto it = table.find(ParsedLeaf(app));

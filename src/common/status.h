@@ -15,13 +15,13 @@ namespace multislice {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,    // the user's input is wrong: exit code 2
-  kNotFound,           // a named thing does not exist
-  kFailedPrecondition, // the system is not in a state that allows the call
-  kDeadlineExceeded,   // a wait ran past its timeout
-  kUnavailable,        // a peer vanished or stopped answering
-  kAborted,            // refused because a newer attempt owns the job
-  kInternal,           // a bug or an unexpected system error
+  kInvalidArgument,     // the user's input is wrong: exit code 2
+  kNotFound,            // a named thing does not exist
+  kFailedPrecondition,  // the system is not in a state that allows the call
+  kDeadlineExceeded,    // a wait ran past its timeout
+  kUnavailable,         // a peer vanished or stopped answering
+  kAborted,             // refused because a newer attempt owns the job
+  kInternal,            // a bug or an unexpected system error
 };
 
 class [[nodiscard]] Status {
@@ -85,9 +85,7 @@ class [[nodiscard]] Result {
   }
 
   bool ok() const { return std::holds_alternative<T>(value_); }
-  Status status() const {
-    return ok() ? OkStatus() : std::get<Status>(value_);
-  }
+  Status status() const { return ok() ? OkStatus() : std::get<Status>(value_); }
   T& value() & { return std::get<T>(value_); }
   const T& value() const& { return std::get<T>(value_); }
   T&& value() && { return std::get<T>(std::move(value_)); }
@@ -106,10 +104,10 @@ class [[nodiscard]] Result {
 #define MS_CONCAT(a, b) MS_CONCAT_INNER(a, b)
 
 // Returns the status from the enclosing function if it is not ok.
-#define RETURN_IF_ERROR(expr)                        \
-  do {                                               \
-    ::multislice::Status _ms_status = (expr);        \
-    if (!_ms_status.ok()) return _ms_status;         \
+#define RETURN_IF_ERROR(expr)                 \
+  do {                                        \
+    ::multislice::Status _ms_status = (expr); \
+    if (!_ms_status.ok()) return _ms_status;  \
   } while (0)
 
 // `ASSIGN_OR_RETURN(auto x, F());` declares x from a Result or returns its

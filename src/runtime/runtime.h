@@ -1,0 +1,92 @@
+// The runtime of one worker process: its devices, the job's mesh, and the
+// transports its collectives use.
+//
+// Create() reads nothing from the environment itself: it takes the worker
+// environment (worker_env.h) and the parallelism configuration, resolves the
+// mesh, claims the restart attempt in the store (a worker of an older attempt
+// is refused), and connects one DCN communicator per device column (the
+// devices with the same local index in every slice; k Gloo contexts, so k
+// streams cross slices in parallel). All waits are bounded by the timeout.
+//
+// RunOnDevices runs a function on one thread per local device. When a device
+// function fails, the failure is reported by `on_device_error` (by default:
+// one line naming this worker and the error on stderr, then exit code 1 at
+// once, so that no other device thread is left waiting on a dead peer).
+#pragma once
+
+#include <gloo/rendezvous/store.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/collectives.h"
+#include "runtime/comm/dcn/communicator.h"
+#include "runtime/comm/dcn/store.h"
+#include "runtime/comm/ici/group.h"
+#include "runtime/mesh/device_mesh.h"
+#include "runtime/mesh/topology.h"
+#include "runtime/worker_env.h"
+
+namespace multislice::runtime {
+
+struct RuntimeOptions {
+  WorkerEnv env;
+  mesh::ParallelismConfig parallelism;  // may hold one -1 per level
+  std::chrono::milliseconds timeout{60000};
+  // Called (from a device thread) with the first failed device's status.
+  // The default prints "multislice: <worker>: <message>" and calls _exit(1).
+  std::function<void(const Status&)> on_device_error;
+};
+
+class Runtime {
+ public:
+  static Result<std::unique_ptr<Runtime>> Create(const RuntimeOptions& options);
+  ~Runtime();
+
+  const WorkerEnv& env() const { return options_.env; }
+  const mesh::AcceleratorType& accelerator() const { return accelerator_; }
+  const mesh::ParallelismConfig& parallelism() const { return parallelism_; }
+  const mesh::DeviceMesh& mesh() const { return mesh_; }
+  const std::vector<mesh::Device>& devices() const { return devices_; }
+  // Ids of the devices this process drives, by local index.
+  const std::vector<int>& local_devices() const { return local_devices_; }
+  std::chrono::milliseconds timeout() const { return options_.timeout; }
+  int process_index() const;
+  int process_count() const;
+
+  DeviceCollectives& collectives(int local_index) {
+    return *collectives_[local_index];
+  }
+  ici::Domain& ici_domain() { return *ici_domain_; }
+  // The DCN communicator of a column; null when the job has one slice.
+  dcn::Communicator* dcn(int column) {
+    return dcn_.empty() ? nullptr : dcn_[column].get();
+  }
+  // The rendezvous store under this run's and attempt's prefix.
+  gloo::rendezvous::Store& store() { return *store_; }
+  const dcn::StoreAddress& store_address() const { return store_address_; }
+
+  // Runs fn(local_index) on one thread per local device and waits for all.
+  // Returns ok, or calls on_device_error with the first failure.
+  Status RunOnDevices(const std::function<Status(int local_index)>& fn);
+
+ private:
+  explicit Runtime(const RuntimeOptions& options);
+
+  RuntimeOptions options_;
+  mesh::AcceleratorType accelerator_;
+  mesh::ParallelismConfig parallelism_;
+  mesh::DeviceMesh mesh_;
+  std::vector<mesh::Device> devices_;
+  std::vector<int> local_devices_;
+  dcn::StoreAddress store_address_;
+  std::shared_ptr<gloo::rendezvous::Store> store_;
+  std::unique_ptr<ici::Domain> ici_domain_;
+  std::vector<std::unique_ptr<dcn::Communicator>> dcn_;
+  std::vector<std::unique_ptr<DeviceCollectives>> collectives_;
+};
+
+}  // namespace multislice::runtime
