@@ -170,8 +170,8 @@ size_t Sum(const std::vector<size_t>& v) {
 class PhaseBuilder {
  public:
   PhaseBuilder(Runtime& runtime, const AxisGroup& g,
-               comm::TrafficCounters& counters, std::string what)
-      : runtime_(runtime), g_(g), counters_(counters), what_(std::move(what)) {}
+               comm::TrafficCounters& counters)
+      : runtime_(runtime), g_(g), counters_(counters) {}
 
   using IciFn = std::function<Status(ici::Group&, int j, uint64_t* bytes)>;
   using DcnFn = std::function<Status(dcn::Communicator&, const dcn::DcnGroup&,
@@ -202,7 +202,7 @@ class PhaseBuilder {
     group.my_index = g_.dcn_rank;
     group.id = g_.dcn_id;
     comm::TrafficCounters* counters = &counters_;
-    std::string phase = what_ + ": " + name;
+    std::string phase = name;
     phases_.push_back(
         {true, std::move(name), [comm, group, counters, fn, phase] {
            if (comm == nullptr) return Internal("no DCN communicator");
@@ -226,7 +226,6 @@ class PhaseBuilder {
   Runtime& runtime_;
   const AxisGroup& g_;
   comm::TrafficCounters& counters_;
-  std::string what_;
   std::vector<CollectivePhase> phases_;
 };
 
@@ -253,7 +252,7 @@ CollectiveHandle DeviceCollectives::AllReduce(const Axes& axes, const void* in,
   const std::string what = Describe("all_reduce", g, label);
   const size_t es = comm::SizeOf(dtype);
   auto state = std::make_shared<OpState>();
-  PhaseBuilder b(runtime_, g, counters_, what);
+  PhaseBuilder b(runtime_, g, counters_);
   switch (g.path()) {
     case Path::kLocal:
       b.Local("copy", [=] { CopyElements(out, in, count, es); });
@@ -300,7 +299,7 @@ CollectiveHandle DeviceCollectives::ReduceScatter(const Axes& axes,
   const std::string what = Describe("reduce_scatter", g, label);
   const size_t es = comm::SizeOf(dtype);
   auto state = std::make_shared<OpState>();
-  PhaseBuilder b(runtime_, g, counters_, what);
+  PhaseBuilder b(runtime_, g, counters_);
   switch (g.path()) {
     case Path::kLocal:
       b.Local("copy", [=] { CopyElements(out, in, count, es); });
@@ -350,7 +349,7 @@ CollectiveHandle DeviceCollectives::AllGather(const Axes& axes, const void* in,
   const std::string what = Describe("all_gather", g, label);
   const size_t es = comm::SizeOf(dtype);
   auto state = std::make_shared<OpState>();
-  PhaseBuilder b(runtime_, g, counters_, what);
+  PhaseBuilder b(runtime_, g, counters_);
   switch (g.path()) {
     case Path::kLocal:
       b.Local("copy", [=] { CopyElements(out, in, count, es); });
@@ -402,7 +401,7 @@ CollectiveHandle DeviceCollectives::Broadcast(const Axes& axes, int root,
   const std::string what = Describe("broadcast", g, label);
   const size_t es = comm::SizeOf(dtype);
   auto state = std::make_shared<OpState>();
-  PhaseBuilder b(runtime_, g, counters_, what);
+  PhaseBuilder b(runtime_, g, counters_);
   const int root_index = static_cast<int>(
       std::find(g.rank_of.begin(), g.rank_of.end(), root) - g.rank_of.begin());
   const int root_d = root_index / g.ici_size, root_j = root_index % g.ici_size;
@@ -454,7 +453,7 @@ CollectiveHandle DeviceCollectives::AllToAll(const Axes& axes, const void* in,
   const std::string what = Describe("all_to_all", g, label);
   const size_t es = comm::SizeOf(dtype);
   auto state = std::make_shared<OpState>();
-  PhaseBuilder b(runtime_, g, counters_, what);
+  PhaseBuilder b(runtime_, g, counters_);
   const int p = g.size, k = g.ici_size, m = g.dcn_size;
   auto chunk = [=](int rank) { return comm::PartitionSegment(count, p, rank); };
   const size_t mine = chunk(g.rank).count;
@@ -561,7 +560,7 @@ CollectiveHandle DeviceCollectives::Barrier(const Axes& axes,
   MS_GROUP_OR_FAIL(g, axes);
   const std::string what = Describe("barrier", g, label);
   auto state = std::make_shared<OpState>();
-  PhaseBuilder b(runtime_, g, counters_, what);
+  PhaseBuilder b(runtime_, g, counters_);
   auto ici_barrier = [](ici::Group& grp, int j, uint64_t*) {
     return grp.Barrier(j);
   };

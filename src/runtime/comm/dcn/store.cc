@@ -39,6 +39,7 @@
 #include <charconv>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -95,7 +96,10 @@ class TimedRedisStore : public gloo::rendezvous::RedisStore {
 };
 
 // Prefixes every key and bounds every wait (see the file comment). Inner is
-// one of the two stores above.
+// one of the two stores above. Thread-safe: the device threads of a worker
+// share one store, while Gloo's stores are not (FileStore appends to a
+// vector in set(), a hiredis context serves one caller at a time), so every
+// call into Inner holds a mutex; waits poll without holding it.
 template <typename Inner>
 class BoundedStore : public gloo::rendezvous::Store {
  public:
@@ -106,11 +110,13 @@ class BoundedStore : public gloo::rendezvous::Store {
         timeout_(timeout) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
+    std::lock_guard<std::mutex> lock(mu_);
     inner_->set(Join(key), data);
   }
 
   std::vector<char> get(const std::string& key) override {
     wait({key}, timeout_);
+    std::lock_guard<std::mutex> lock(mu_);
     return inner_->get(Join(key));
   }
 
@@ -134,7 +140,7 @@ class BoundedStore : public gloo::rendezvous::Store {
     // Start fast (a peer is usually a moment behind), back off to Gloo's own
     // polling period.
     std::chrono::milliseconds pause(1);
-    while (!inner_->check(joined)) {
+    while (!Check(joined)) {
       const auto now = std::chrono::steady_clock::now();
       if (now >= deadline) {
         GLOO_THROW_IO_EXCEPTION("Wait timeout after ", limit.count(),
@@ -153,6 +159,12 @@ class BoundedStore : public gloo::rendezvous::Store {
     return prefix_ + "/" + key;
   }
 
+  bool Check(const std::vector<std::string>& joined) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return inner_->check(joined);
+  }
+
+  std::mutex mu_;
   std::unique_ptr<Inner> inner_;
   const std::string prefix_;
   const std::chrono::milliseconds timeout_;

@@ -187,6 +187,28 @@ TEST(OpenStoreTest, GetWaitsForAKeySetLater) {
   later.join();
 }
 
+// The device threads of a worker share one store.
+TEST(OpenStoreTest, OneStoreServesManyThreadsAtOnce) {
+  TempDir dir;
+  auto store = OpenStore(FileAddress(dir.path()), "p", milliseconds(5000));
+  ASSERT_TRUE(store.ok());
+  constexpr int kThreads = 16, kKeys = 500;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int k = 0; k < kKeys; ++k) {
+        const std::string key = std::to_string(t) + "/" + std::to_string(k);
+        (*store)->set(key, Bytes(key));
+        // Read a key another thread writes, waiting for it if needed.
+        const std::string other =
+            std::to_string((t + 1) % kThreads) + "/" + std::to_string(k);
+        EXPECT_EQ(Text((*store)->get(other)), other);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
 TEST(OpenStoreTest, CreatesTheDirectory) {
   TempDir dir;
   const std::string nested = dir.path() + "/a/b/c";
