@@ -40,9 +40,27 @@ int Main(int argc, char** argv) {
     // "multislice mesh: --ici_fsdp_parallelism: 'abc' is not an integer");
     // the full usage is one --help away.
     std::string command = "multislice";
-    for (const CLI::App* sub = &app; !sub->get_subcommands().empty();) {
-      sub = sub->get_subcommands().front();
-      command += " " + sub->get_name();
+    const CLI::App* leaf = &app;
+    int depth = 1;
+    while (!leaf->get_subcommands().empty()) {
+      leaf = leaf->get_subcommands().front();
+      command += " " + leaf->get_name();
+      ++depth;
+    }
+    // A word where a command was expected: name it and the choices.
+    std::vector<const CLI::App*> choices =
+        leaf->get_subcommands([](const CLI::App*) { return true; });
+    if (!choices.empty() && depth < argc && argv[depth][0] != '-') {
+      std::string names;
+      for (const CLI::App* c : choices) {
+        names += (names.empty() ? "" : ", ") + c->get_name();
+      }
+      std::fprintf(stderr,
+                   "%s: unknown command '%s': expected one of %s (see %s "
+                   "--help)\n",
+                   command.c_str(), argv[depth], names.c_str(),
+                   command.c_str());
+      return 2;
     }
     std::fprintf(stderr, "%s: %s (see %s --help)\n", command.c_str(), e.what(),
                  command.c_str());
