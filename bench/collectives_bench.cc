@@ -85,7 +85,7 @@ struct Row {
   Stats oop, ip;
   long long wrong_oop = 0, wrong_ip = 0;
   double gloo_busbw = -1;  // same group, Gloo's own all-reduce
-  double dcn_bytes = 0, dcn_formula = 0;
+  double ici_bytes = 0, dcn_bytes = 0, dcn_formula = 0;
 };
 
 // What one device does for the whole benchmark. Each device thread owns one.
@@ -110,7 +110,7 @@ class DeviceRunner {
   // more run on fresh data. Returns times in microseconds.
   Status Run(const std::string& op, const Axes& axes, size_t count,
              bool in_place, std::vector<double>* times, long long* wrong,
-             double* dcn_bytes) {
+             double* ici_bytes, double* dcn_bytes) {
     ASSIGN_OR_RETURN(const AxisGroup* g, coll_.Group(axes));
     const comm::Segment mine = comm::PartitionSegment(count, g->size, g->rank);
     void* in = in_.data();
@@ -149,9 +149,13 @@ class DeviceRunner {
       SetValue(options_.dtype, in, i, Pattern(device_, in_offset + i));
     }
     RETURN_IF_ERROR(Barrier());
-    const uint64_t before = coll_.counters().dcn_bytes_sent;
+    const uint64_t ici_before = coll_.counters().ici_bytes_sent;
+    const uint64_t dcn_before = coll_.counters().dcn_bytes_sent;
     RETURN_IF_ERROR(launch().Wait());
-    *dcn_bytes = static_cast<double>(coll_.counters().dcn_bytes_sent - before);
+    *ici_bytes =
+        static_cast<double>(coll_.counters().ici_bytes_sent - ici_before);
+    *dcn_bytes =
+        static_cast<double>(coll_.counters().dcn_bytes_sent - dcn_before);
     auto sum_over_group = [&](size_t i) {
       float acc = 0;
       for (int member : g->members) acc += Pattern(member, i);
@@ -306,16 +310,24 @@ class Reporter {
                 g.dcn_size, g.ici_size);
     std::printf(
         "#%13s %11s %6s %5s | %10s %8s %8s %6s | %10s %8s %8s %6s | %10s "
-        "%10s %7s %9s %7s %10s %10s\n",
+        "%10s %7s %9s %7s %10s %10s %10s\n",
         "size(B)", "count", "type", "redop", "time(us)", "algbw", "busbw",
         "#wrong", "time(us)", "algbw", "busbw", "#wrong", "min(us)", "max(us)",
-        "%membw", "gloo-bus", "vs-gloo", "dcnB/dev", "formula");
+        "%membw", "gloo-bus", "vs-gloo", "iciB/dev", "dcnB/dev", "formula");
     std::fflush(stdout);
   }
 
   void Print(const Row& r) {
     rows_.push_back(r);
-    if (options_.json) return;
+    if (options_.json) {
+      // The table is the progress; with --json, say where we are on stderr.
+      if (runtime::ShowProgress()) {
+        std::fprintf(stderr, "bench collectives: %s %s %s done\n", r.op.c_str(),
+                     r.path.c_str(),
+                     FormatBytes(static_cast<double>(r.bytes)).c_str());
+      }
+      return;
+    }
     const double algbw = r.bytes / r.oop.median_us / 1e3;
     const double busbw = algbw * BusFactor(r.op, r.group_size);
     const double algbw_ip = r.bytes / r.ip.median_us / 1e3;
@@ -327,12 +339,12 @@ class Reporter {
     }
     std::printf(
         " %13lld %11zu %6s %5s | %10.1f %8.2f %8.2f %6lld | %10.1f %8.2f "
-        "%8.2f %6lld | %10.1f %10.1f %6.1f%% %9s %7s %10.0f %10.0f\n",
+        "%8.2f %6lld | %10.1f %10.1f %6.1f%% %9s %7s %10.0f %10.0f %10.0f\n",
         r.bytes, r.count, std::string(comm::Name(options_.dtype)).c_str(),
         r.op == "all_gather" ? "none" : "sum", r.oop.median_us, algbw, busbw,
         r.wrong_oop, r.ip.median_us, algbw_ip, busbw_ip, r.wrong_ip,
         r.oop.min_us, r.oop.max_us, 100 * busbw / membw_.median_gbps, gloo,
-        ratio, r.dcn_bytes, r.dcn_formula);
+        ratio, r.ici_bytes, r.dcn_bytes, r.dcn_formula);
     std::fflush(stdout);
   }
 
@@ -416,6 +428,7 @@ class Reporter {
             {"busbw_gbps", algbw_ip * BusFactor(r.op, r.group_size)},
             {"wrong", r.wrong_ip}}},
           {"busbw_over_membw", busbw / membw_.median_gbps},
+          {"ici_bytes_per_device", r.ici_bytes},
           {"dcn_bytes_per_device", r.dcn_bytes},
           {"dcn_bytes_formula", r.dcn_formula}};
       if (r.gloo_busbw > 0) {
@@ -598,11 +611,11 @@ int RunCollectivesBench(runtime::Runtime& rt,
           row.group_size = g->size;
           std::vector<double> oop, ip, gloo;
           long long wrong_oop = 0, wrong_ip = 0;
-          double dcn_oop = 0, dcn_ip = 0;
+          double ici_oop = 0, dcn_oop = 0, ici_ip = 0, dcn_ip = 0;
           RETURN_IF_ERROR(runner.Run(op, axes, row.count, false, &oop,
-                                     &wrong_oop, &dcn_oop));
-          RETURN_IF_ERROR(
-              runner.Run(op, axes, row.count, true, &ip, &wrong_ip, &dcn_ip));
+                                     &wrong_oop, &ici_oop, &dcn_oop));
+          RETURN_IF_ERROR(runner.Run(op, axes, row.count, true, &ip, &wrong_ip,
+                                     &ici_ip, &dcn_ip));
           if (op == "all_reduce") {
             RETURN_IF_ERROR(runner.RunGloo(path, row.count, &gloo));
           }
@@ -610,6 +623,7 @@ int RunCollectivesBench(runtime::Runtime& rt,
           std::vector<float> slowest(oop.begin(), oop.end());
           slowest.insert(slowest.end(), ip.begin(), ip.end());
           slowest.insert(slowest.end(), gloo.begin(), gloo.end());
+          slowest.push_back(static_cast<float>(ici_oop));
           slowest.push_back(static_cast<float>(dcn_oop));
           RETURN_IF_ERROR(runner.Combine(&slowest, ReduceOp::kMax));
           std::vector<float> wrong = {static_cast<float>(wrong_oop),
@@ -625,6 +639,7 @@ int RunCollectivesBench(runtime::Runtime& rt,
             row.gloo_busbw = bytes / g_stats.median_us / 1e3 *
                              BusFactor("all_reduce", g->size);
           }
+          row.ici_bytes = slowest[slowest.size() - 2];
           row.dcn_bytes = slowest.back();
           row.dcn_formula = DcnFormula(op, *g, static_cast<double>(bytes));
           row.wrong_oop = static_cast<long long>(wrong[0]);

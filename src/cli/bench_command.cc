@@ -103,6 +103,7 @@ int RunBench(const BenchFlags& flags, const std::vector<std::string>& argv) {
   job.num_slices = flags.num_slices;
   job.accelerator_type = flags.accelerator_type;
   job.argv = argv;
+  job.raw_stdout_of_first_worker = flags.json;
   return runtime::RunLocalJob(job, [&](const runtime::WorkerEnv& env) {
     runtime::RuntimeOptions rt_options;
     rt_options.env = env;

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/comm/dcn/test_redis_server.h"
 #include "runtime/runtime.h"
 #include "runtime/test_support.h"
 
@@ -282,6 +283,17 @@ TEST_P(CollectivesTest, EveryOpPathDtypeAndReductionMatchesTheReference) {
   for (int v : c.ici) args.push_back(std::to_string(v));
   for (int v : c.dcn) args.push_back(std::to_string(v));
   LaunchResult result = testing::RunSelfAsWorkers(c.slices, c.devices, args);
+  EXPECT_EQ(result.exit_code, 0) << "failed worker " << result.failed_worker;
+}
+
+// The same job meeting in a Redis store instead of a directory, as workers
+// on several machines would.
+TEST(CollectivesRedisTest, TwoSlicesMeetThroughRedis) {
+  dcn::testing::RedisServer redis;
+  ASSERT_TRUE(redis.ready()) << "redis-server did not start";
+  LaunchResult result = testing::RunSelfAsWorkers(
+      2, 2, {"--worker", "1", "2", "1", "2", "1", "1"}, "redis-run",
+      redis.address().ToString());
   EXPECT_EQ(result.exit_code, 0) << "failed worker " << result.failed_worker;
 }
 

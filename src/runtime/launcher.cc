@@ -131,6 +131,12 @@ void SignalAll(std::vector<Child>& children, int sig) {
 
 }  // namespace
 
+bool ShowProgress() {
+  const char* forced = std::getenv("MULTISLICE_PROGRESS");
+  if (forced != nullptr) return std::string(forced) == "1";
+  return ::isatty(2) == 1;
+}
+
 std::string SelfExecutable() {
   std::error_code ec;
   auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -171,8 +177,11 @@ LaunchResult RunWorkers(const LaunchOptions& options) {
     }
     ::setpgid(pid, pid);  // also done by the child; whichever runs first
     children[i] = {pid, true, 0};
-    relays.push_back(
-        {out_pipe[0], options.out_fd, options.workers[i].prefix, ""});
+    relays.push_back({out_pipe[0], options.out_fd,
+                      options.workers[i].prefix_stdout
+                          ? options.workers[i].prefix
+                          : std::string(),
+                      ""});
     relays.push_back(
         {err_pipe[0], options.err_fd, options.workers[i].prefix, ""});
   }
@@ -235,7 +244,9 @@ std::vector<WorkerProcess> LocalWorkers(const LocalJobOptions& options,
   std::vector<WorkerProcess> workers;
   for (int s = 0; s < options.num_slices; ++s) {
     WorkerEnv w;
-    w.coordinator_address = "file://" + store_dir;
+    w.coordinator_address = options.store_address.empty()
+                                ? "file://" + store_dir
+                                : options.store_address;
     w.num_slices = options.num_slices;
     w.slice_id = s;
     w.worker_id = 0;
@@ -248,7 +259,10 @@ std::vector<WorkerProcess> LocalWorkers(const LocalJobOptions& options,
     p.argv = options.argv;
     p.argv[0] = SelfExecutable();
     p.env = w.ToEnvironment();
+    p.env.push_back(std::string("MULTISLICE_PROGRESS=") +
+                    (ShowProgress() ? "1" : "0"));
     p.prefix = "[" + w.name() + "] ";
+    p.prefix_stdout = !(options.raw_stdout_of_first_worker && s == 0);
     workers.push_back(std::move(p));
   }
   return workers;

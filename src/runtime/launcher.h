@@ -29,6 +29,7 @@ struct WorkerProcess {
   std::vector<std::string> argv;  // argv[0] is the program path
   std::vector<std::string> env;   // "NAME=value", added to ours
   std::string prefix;             // put before every output line
+  bool prefix_stdout = true;      // false: relay stdout as is (JSON data)
 };
 
 struct LaunchOptions {
@@ -51,6 +52,11 @@ struct LocalJobOptions {
   std::string accelerator_type;  // e.g. cpu-4 (one host per slice)
   std::string run_id;            // default: "local-<pid>"
   int attempt = 0;
+  // The rendezvous store; empty means file:// in a fresh temporary directory.
+  std::string store_address;
+  // Relay slice 0 worker 0's stdout without the prefix, so that data it
+  // prints (--json) stays parseable; everything else is still prefixed.
+  bool raw_stdout_of_first_worker = false;
   // The command line to re-run in every worker (argv of this process).
   std::vector<std::string> argv;
 };
@@ -66,6 +72,11 @@ std::vector<WorkerProcess> LocalWorkers(const LocalJobOptions& options,
 // Returns 2 with a one-line message when the environment is malformed.
 int RunLocalJob(const LocalJobOptions& options,
                 const std::function<int(const WorkerEnv&)>& worker_main);
+
+// Whether long work should report progress: stderr is a terminal, or this
+// is a worker whose launcher's stderr is one (the launcher sets
+// MULTISLICE_PROGRESS=1 for its workers then, since their stderr is a pipe).
+bool ShowProgress();
 
 // The path of the running executable (/proc/self/exe resolved).
 std::string SelfExecutable();

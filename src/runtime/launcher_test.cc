@@ -55,6 +55,18 @@ TEST(LauncherTest, PrefixesEveryLineAndPassesTheEnvironment) {
   EXPECT_EQ(err.Read(), "[b] oops\n");
 }
 
+TEST(LauncherTest, StdoutCanBeRelayedWithoutThePrefix) {
+  CapturedOutput out, err;
+  LaunchOptions options;
+  options.workers = {Shell("echo '{\"a\": 1}'; echo note >&2", "[a] ")};
+  options.workers[0].prefix_stdout = false;
+  options.out_fd = out.fd();
+  options.err_fd = err.fd();
+  EXPECT_EQ(RunWorkers(options).exit_code, 0);
+  EXPECT_EQ(out.Read(), "{\"a\": 1}\n");
+  EXPECT_EQ(err.Read(), "[a] note\n");
+}
+
 TEST(LauncherTest, FirstFailureStopsTheOthersAndIsReturned) {
   CapturedOutput out, err;
   LaunchOptions options;

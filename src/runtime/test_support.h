@@ -35,11 +35,14 @@ class TempDir {
 
 // Runs `args` (after argv[0]) in `num_slices` local workers of this test
 // binary with a cpu-`devices` accelerator; returns the launcher's result.
+// `store_address` empty: a file:// store in a temporary directory.
 inline LaunchResult RunSelfAsWorkers(int num_slices, int devices,
                                      const std::vector<std::string>& args,
-                                     const std::string& run_id = "test") {
+                                     const std::string& run_id = "test",
+                                     const std::string& store_address = "") {
   TempDir store;
   LocalJobOptions job;
+  job.store_address = store_address;
   job.num_slices = num_slices;
   job.accelerator_type = "cpu-" + std::to_string(devices);
   job.run_id = run_id;
