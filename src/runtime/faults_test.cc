@@ -144,7 +144,7 @@ WorkerEnv Env(const std::string& store, int slice, int attempt) {
 }
 
 TEST(FaultsTest, KilledPeerMidAllReduceEndsTheSurvivorWithinTheTimeout) {
-  testing::TempDir dir;
+  TempDir dir;
   const int timeout = 10;
   Worker survivor(Env(dir.path(), 0, 0), dir.path(), timeout);
   Worker victim(Env(dir.path(), 1, 0), dir.path(), timeout);
@@ -164,7 +164,7 @@ TEST(FaultsTest, KilledPeerMidAllReduceEndsTheSurvivorWithinTheTimeout) {
 }
 
 TEST(FaultsTest, PeerThatStopsAnsweringTimesOut) {
-  testing::TempDir dir;
+  TempDir dir;
   const int timeout = 4;
   Worker survivor(Env(dir.path(), 0, 0), dir.path(), timeout);
   Worker victim(Env(dir.path(), 1, 0), dir.path(), timeout);
@@ -181,7 +181,7 @@ TEST(FaultsTest, PeerThatStopsAnsweringTimesOut) {
 }
 
 TEST(FaultsTest, WorkerOfAStaleAttemptIsRefused) {
-  testing::TempDir dir;
+  TempDir dir;
   auto address = dcn::ParseStoreAddress("file://" + dir.path());
   ASSERT_TRUE(address.ok());
   ASSERT_TRUE(dcn::ClaimAttempt(*address, "faults", 2).ok());

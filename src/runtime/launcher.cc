@@ -14,6 +14,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/temp_dir.h"
+
 extern char** environ;
 
 namespace multislice::runtime {
@@ -277,17 +279,14 @@ int RunLocalJob(const LocalJobOptions& options,
   }
   if (env->has_value()) return worker_main(**env);
 
-  char dir_template[] = "/tmp/multislice-store-XXXXXX";
-  if (::mkdtemp(dir_template) == nullptr) {
+  TempDir store_dir("multislice-store-");
+  if (!store_dir.ok()) {
     std::perror("multislice: cannot create the rendezvous directory");
     return 1;
   }
-  const std::string store_dir = dir_template;
   LaunchOptions launch;
-  launch.workers = LocalWorkers(options, store_dir);
+  launch.workers = LocalWorkers(options, store_dir.path());
   LaunchResult result = RunWorkers(launch);
-  std::error_code ec;
-  std::filesystem::remove_all(store_dir, ec);
   if (result.exit_code != 0 && result.failed_worker >= 0) {
     std::fprintf(stderr,
                  "multislice: %s exited with code %d; stopped the "

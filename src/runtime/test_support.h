@@ -11,27 +11,11 @@
 #include <vector>
 
 #include "common/bf16.h"
+#include "common/temp_dir.h"
 #include "runtime/comm/types.h"
 #include "runtime/launcher.h"
 
 namespace multislice::runtime::testing {
-
-// A fresh directory under /tmp, removed with its contents on destruction.
-class TempDir {
- public:
-  TempDir() {
-    char name[] = "/tmp/multislice-test-XXXXXX";
-    path_ = ::mkdtemp(name);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // Runs `args` (after argv[0]) in `num_slices` local workers of this test
 // binary with a cpu-`devices` accelerator; returns the launcher's result.
@@ -40,7 +24,7 @@ inline LaunchResult RunSelfAsWorkers(int num_slices, int devices,
                                      const std::vector<std::string>& args,
                                      const std::string& run_id = "test",
                                      const std::string& store_address = "") {
-  TempDir store;
+  TempDir store("multislice-test-");
   LocalJobOptions job;
   job.store_address = store_address;
   job.num_slices = num_slices;

@@ -82,6 +82,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/comm/dcn/gloo_errors.h"
 #include "runtime/comm/reduce.h"
 
 namespace multislice::dcn {
@@ -118,22 +119,6 @@ constexpr auto kAlarmWait = std::chrono::hours(24 * 365 * 10);
 
 uint64_t SlotBase(uint32_t group_id, uint16_t seq) {
   return kSlotTag | (uint64_t{group_id} << 28) | (uint64_t{seq} << 12);
-}
-
-// Gloo's messages start with "[/path/to/file.cc:123] ".
-std::string StripGlooLocation(std::string message) {
-  if (!message.empty() && message.front() == '[') {
-    const size_t close = message.find("] ");
-    if (close != std::string::npos) message.erase(0, close + 2);
-  }
-  return message;
-}
-
-std::string ExceptionMessage(const std::exception& e) {
-  if (auto* enforce = dynamic_cast<const gloo::EnforceNotMet*>(&e)) {
-    return StripGlooLocation(enforce->msg());
-  }
-  return StripGlooLocation(e.what());
 }
 
 std::string Seconds(std::chrono::milliseconds ms) {
@@ -250,7 +235,7 @@ class FailureWatch {
         alarm->recv(r, slot, 0, 0);
         ++watched;
       } catch (const std::exception& e) {
-        failures_[r] = ExceptionMessage(e);
+        failures_[r] = GlooErrorMessage(e);
         if (failures_[r].empty()) failures_[r] = "connection failed";
         if (armed_ != nullptr && armed_rank_ == r) {
           if (armed_recv_) {
@@ -426,10 +411,10 @@ class Op {
       try {
         done = wait(impl_.options.timeout);
       } catch (const gloo::IoException& e) {
-        error = ExceptionMessage(e);
+        error = GlooErrorMessage(e);
         timed_out = error.find("Timed out waiting") != std::string::npos;
       } catch (const std::exception& e) {
-        error = ExceptionMessage(e);
+        error = GlooErrorMessage(e);
       }
       impl_.watch->Disarm();
       if (done) return OkStatus();
@@ -450,7 +435,7 @@ class Op {
   }
 
   Status Fail(int member, const std::exception& e, bool timed_out) {
-    return Failure(member, ExceptionMessage(e), timed_out);
+    return Failure(member, GlooErrorMessage(e), timed_out);
   }
 
   // With one buffer per transfer, an error concerns the peer of that
@@ -673,7 +658,7 @@ Status Guard(const std::string& phase, Fn body) {
     return body();
   } catch (const std::exception& e) {
     return Internal(phase + ": unexpected error in the DCN transport: " +
-                    ExceptionMessage(e));
+                    GlooErrorMessage(e));
   }
 }
 
@@ -723,7 +708,7 @@ Result<std::unique_ptr<Communicator>> Communicator::Connect(
     impl->device = gloo::transport::tcp::CreateDevice(attr);
   } catch (const std::exception& e) {
     return Unavailable(who + " cannot listen on '" + options.hostname +
-                       "': " + ExceptionMessage(e));
+                       "': " + GlooErrorMessage(e));
   }
   try {
     auto context =
@@ -737,7 +722,7 @@ Result<std::unique_ptr<Communicator>> Communicator::Connect(
     }
     impl->context = std::move(context);
   } catch (const std::exception& e) {
-    const std::string message = ExceptionMessage(e);
+    const std::string message = GlooErrorMessage(e);
     if (message.find("timeout") != std::string::npos ||
         message.find("Timed out") != std::string::npos) {
       return DeadlineExceeded(who + " did not meet all its peers within " +
@@ -749,7 +734,7 @@ Result<std::unique_ptr<Communicator>> Communicator::Connect(
     impl->watch = std::make_unique<FailureWatch>(impl->context);
   } catch (const std::exception& e) {
     return Unavailable(who +
-                       " cannot watch its connections: " + ExceptionMessage(e));
+                       " cannot watch its connections: " + GlooErrorMessage(e));
   }
   // Connect returns once every member can exchange data with every other.
   DcnGroup everyone{.members = {}, .my_index = options.rank, .id = 0};

@@ -21,15 +21,15 @@
 // the phase.
 #pragma once
 
+#include <gloo/context.h>
+#include <gloo/rendezvous/store.h>
+
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <gloo/context.h>
-#include <gloo/rendezvous/store.h>
 
 #include "runtime/comm/types.h"
 

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/bf16.h"
+#include "common/temp_dir.h"
 #include "runtime/comm/dcn/store.h"
 
 namespace multislice::dcn {
@@ -39,23 +40,6 @@ const std::vector<size_t> kSizes = {1, 7, 1000, 1000003};
 const std::vector<DType> kTypes = {DType::kF32, DType::kBF16};
 const std::vector<ReduceOp> kOps = {ReduceOp::kSum, ReduceOp::kMax,
                                     ReduceOp::kMin};
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = testing::TempDir() + "communicator_test.XXXXXX";
-    EXPECT_NE(mkdtemp(pattern.data()), nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 StoreAddress FileAddress(const std::string& dir) {
   StoreAddress a;

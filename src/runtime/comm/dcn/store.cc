@@ -44,6 +44,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/comm/dcn/gloo_errors.h"
+
 namespace multislice::dcn {
 namespace {
 
@@ -59,23 +61,6 @@ Status BadAddress(std::string_view address, std::string_view why) {
   return InvalidArgument("invalid rendezvous store address '" +
                          std::string(address) + "' (" + std::string(why) +
                          "): expected file://DIR or redis://HOST:PORT");
-}
-
-// Gloo's error messages start with "[/path/to/file.cc:123] "; the location
-// inside Gloo means nothing to our users.
-std::string StripGlooLocation(std::string message) {
-  if (!message.empty() && message.front() == '[') {
-    const size_t close = message.find("] ");
-    if (close != std::string::npos) message.erase(0, close + 2);
-  }
-  return message;
-}
-
-std::string ExceptionMessage(const std::exception& e) {
-  if (auto* enforce = dynamic_cast<const gloo::EnforceNotMet*>(&e)) {
-    return StripGlooLocation(enforce->msg());
-  }
-  return StripGlooLocation(e.what());
 }
 
 // Gloo's FileStore keeps check() protected; this exposes it for polling.
@@ -482,7 +467,7 @@ Result<std::shared_ptr<gloo::rendezvous::Store>> OpenStore(
             prefix, timeout));
   } catch (const std::exception& e) {
     return Unavailable("cannot open the rendezvous store " +
-                       address.ToString() + ": " + ExceptionMessage(e));
+                       address.ToString() + ": " + GlooErrorMessage(e));
   }
 }
 

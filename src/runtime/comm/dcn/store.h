@@ -8,12 +8,12 @@
 // and every wait, including the one inside get(), is bounded by the timeout.
 #pragma once
 
+#include <gloo/rendezvous/store.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
 #include <string_view>
-
-#include <gloo/rendezvous/store.h>
 
 #include "common/status.h"
 

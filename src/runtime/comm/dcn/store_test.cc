@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/temp_dir.h"
 #include "runtime/comm/dcn/test_redis_server.h"
 
 extern char** environ;
@@ -34,26 +35,6 @@ using std::chrono::milliseconds;
 using testing::FreeLoopbackPort;
 using testing::RedisServer;
 using Clock = std::chrono::steady_clock;
-
-// A fresh directory under the test's temporary directory, removed at the
-// end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = ::testing::TempDir() + "store_test.XXXXXX";
-    char* made = mkdtemp(pattern.data());
-    EXPECT_NE(made, nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 StoreAddress FileAddress(const std::string& dir) {
   StoreAddress a;
