@@ -9,17 +9,16 @@
 #include <string_view>
 #include <vector>
 
+#include "common/dtype.h"
 #include "common/status.h"
 
 namespace multislice::comm {
 
-enum class DType { kF32, kBF16 };
-enum class ReduceOp { kSum, kMax, kMin };
+using ::multislice::DType;
+using ::multislice::Name;
+using ::multislice::SizeOf;
 
-inline size_t SizeOf(DType t) { return t == DType::kF32 ? 4 : 2; }
-inline std::string_view Name(DType t) {
-  return t == DType::kF32 ? "float" : "bfloat16";
-}
+enum class ReduceOp { kSum, kMax, kMin };
 inline std::string_view Name(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
