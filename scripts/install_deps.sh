@@ -9,6 +9,7 @@ packages=(
   libgloo-dev libhiredis-dev         # DCN transport and its Redis store
   redis-server                       # the redis:// rendezvous store
   libcli11-dev nlohmann-json3-dev    # command line, JSON
+  libdnnl-dev                        # matmul kernels (oneDNN)
   openmpi-bin libopenmpi-dev         # the mpi-flat benchmark baseline
 )
 

@@ -1,0 +1,302 @@
+// Element-wise kernels, written once on GCC vector types of 16 f32 lanes and
+// compiled three times (AVX-512, AVX2, baseline SSE2) through target_clones;
+// the loader picks the widest the CPU has. bf16 lanes are widened to f32 on
+// load and rounded to nearest even on store, so every kernel computes in f32
+// and rounds once, exactly as bf16::FromFloat does.
+//
+// Sigmoid uses its own exp (Cody-Waite range reduction, a degree-7
+// polynomial, exact scaling by 2^n) because libm's exp does not vectorise;
+// it is within about 1 ulp of f32, and sigmoid within about 2 ulp.
+#include "compute/elementwise.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "common/bf16.h"
+
+// The vector types below are passed between inline functions of this file
+// only, never across an ABI boundary, so GCC's note that their calling
+// convention depends on the ISA does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace multislice::compute {
+namespace {
+
+// 16 lanes: one AVX-512 register, two AVX2 or four SSE2 ones.
+constexpr size_t kLanes = 16;
+typedef float F16 __attribute__((vector_size(64)));
+typedef int32_t I16 __attribute__((vector_size(64)));
+typedef uint32_t U16 __attribute__((vector_size(64)));
+typedef uint16_t H16 __attribute__((vector_size(32)));
+typedef float F8 __attribute__((vector_size(32)));
+typedef double D8 __attribute__((vector_size(64)));
+
+#define MS_INLINE [[gnu::always_inline]] inline
+#define MS_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+
+MS_INLINE F16 Splat(float v) { return F16{} + v; }
+
+// Loads 16 elements of type T from p[i..i+16) as f32.
+template <DType T>
+MS_INLINE F16 Load(const void* p, size_t i) {
+  if constexpr (T == DType::kF32) {
+    F16 v;
+    std::memcpy(&v, static_cast<const float*>(p) + i, sizeof(v));
+    return v;
+  } else {
+    H16 h;
+    std::memcpy(&h, static_cast<const uint16_t*>(p) + i, sizeof(h));
+    return reinterpret_cast<F16>(__builtin_convertvector(h, U16) << 16);
+  }
+}
+
+// f32 -> bf16 bits, round to nearest even, NaN kept a (quiet) NaN.
+MS_INLINE H16 RoundToBf16(const F16& v) {
+  U16 u = reinterpret_cast<U16>(v);
+  U16 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  U16 nan = (u >> 16) | 0x40u;
+  return __builtin_convertvector(
+      (u & 0x7fffffffu) > 0x7f800000u ? nan : rounded, H16);
+}
+
+template <DType T>
+MS_INLINE void Store(void* p, size_t i, const F16& v) {
+  if constexpr (T == DType::kF32) {
+    std::memcpy(static_cast<float*>(p) + i, &v, sizeof(v));
+  } else {
+    H16 h = RoundToBf16(v);
+    std::memcpy(static_cast<uint16_t*>(p) + i, &h, sizeof(h));
+  }
+}
+
+// Copies the last n < 16 elements of type T from p + i into a zero-padded
+// block, so that the tail runs through the same vector code.
+template <DType T>
+struct Tail {
+  alignas(64) unsigned char bytes[kLanes * 4] = {};
+  Tail(const void* p, size_t i, size_t n) {
+    std::memcpy(bytes, static_cast<const unsigned char*>(p) + i * SizeOf(T),
+                n * SizeOf(T));
+  }
+  Tail() = default;
+};
+
+template <DType X, DType Y, typename F>
+MS_INLINE void Map1(const void* x, void* y, size_t n, F f) {
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) Store<Y>(y, i, f(Load<X>(x, i)));
+  if (i < n) {
+    Tail<X> tx(x, i, n - i);
+    Tail<Y> ty;
+    Store<Y>(ty.bytes, 0, f(Load<X>(tx.bytes, 0)));
+    std::memcpy(static_cast<unsigned char*>(y) + i * SizeOf(Y), ty.bytes,
+                (n - i) * SizeOf(Y));
+  }
+}
+
+template <DType X0, DType X1, DType Y, typename F>
+MS_INLINE void Map2(const void* x0, const void* x1, void* y, size_t n, F f) {
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    Store<Y>(y, i, f(Load<X0>(x0, i), Load<X1>(x1, i)));
+  }
+  if (i < n) {
+    Tail<X0> t0(x0, i, n - i);
+    Tail<X1> t1(x1, i, n - i);
+    Tail<Y> ty;
+    Store<Y>(ty.bytes, 0, f(Load<X0>(t0.bytes, 0), Load<X1>(t1.bytes, 0)));
+    std::memcpy(static_cast<unsigned char*>(y) + i * SizeOf(Y), ty.bytes,
+                (n - i) * SizeOf(Y));
+  }
+}
+
+// exp(a) for a in [-104, 0] (below that the result underflows to 0 anyway).
+// a = n ln2 + r with |r| <= ln2/2; exp(r) by its Taylor series to r^7
+// (truncation error below 1e-8 relative); 2^n applied as two exact powers of
+// two so that a subnormal result is rounded only once.
+MS_INLINE F16 ExpNonPositive(const F16& a) {
+  const float kLog2e = 1.44269504088896341f;
+  // ln2 split so that n * kLn2Hi is exact for |n| < 2^11.
+  const float kLn2Hi = 0x1.62ep-1f;
+  const float kLn2Lo = static_cast<float>(0.69314718055994530942 - 0x1.62ep-1);
+  const float kRoundMagic = 0x1.8p23f;  // adding it rounds to an integer
+  F16 n = (a * kLog2e + kRoundMagic) - kRoundMagic;
+  F16 r = (a - n * kLn2Hi) - n * kLn2Lo;
+  F16 p = Splat(1.0f / 5040);
+  p = p * r + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  I16 ni = __builtin_convertvector(n, I16);  // in [-151, 0]
+  I16 n1 = ni >> 1;
+  I16 n2 = ni - n1;
+  F16 s1 = reinterpret_cast<F16>((n1 + 127) << 23);
+  F16 s2 = reinterpret_cast<F16>((n2 + 127) << 23);
+  return (p * s1) * s2;
+}
+
+struct SigmoidOp {
+  MS_INLINE F16 operator()(const F16& x) const {
+    F16 ax = reinterpret_cast<F16>(reinterpret_cast<U16>(x) & 0x7fffffffu);
+    ax = ax < 104.0f ? ax : Splat(104.0f);  // also maps NaN to 104
+    F16 t = ExpNonPositive(-ax);            // exp(-|x|) in (0, 1]
+    // 1 / (1 + e^-x) for x >= 0; e^x / (1 + e^x) for x < 0, so that nothing
+    // overflows and small results keep their relative accuracy.
+    F16 y = (x >= 0.0f ? Splat(1.0f) : t) / (1.0f + t);
+    return x == x ? y : x;
+  }
+};
+
+struct SigmoidGradOp {
+  MS_INLINE F16 operator()(const F16& dy, const F16& y) const {
+    return dy * (y * (1.0f - y));
+  }
+};
+
+struct SgdOp {
+  float lr;
+  MS_INLINE F16 operator()(const F16& p, const F16& g) const {
+    return p - lr * g;
+  }
+};
+
+struct IdentityOp {
+  MS_INLINE F16 operator()(const F16& x) const { return x; }
+};
+
+MS_CLONES void SigmoidF32(const void* x, void* y, size_t n) {
+  Map1<DType::kF32, DType::kF32>(x, y, n, SigmoidOp{});
+}
+MS_CLONES void SigmoidBf16(const void* x, void* y, size_t n) {
+  Map1<DType::kBF16, DType::kBF16>(x, y, n, SigmoidOp{});
+}
+
+MS_CLONES void SigmoidGradF32F32(const void* dy, const void* y, void* dx,
+                                 size_t n) {
+  Map2<DType::kF32, DType::kF32, DType::kF32>(dy, y, dx, n, SigmoidGradOp{});
+}
+MS_CLONES void SigmoidGradF32Bf16(const void* dy, const void* y, void* dx,
+                                  size_t n) {
+  Map2<DType::kF32, DType::kF32, DType::kBF16>(dy, y, dx, n, SigmoidGradOp{});
+}
+MS_CLONES void SigmoidGradBf16F32(const void* dy, const void* y, void* dx,
+                                  size_t n) {
+  Map2<DType::kBF16, DType::kBF16, DType::kF32>(dy, y, dx, n, SigmoidGradOp{});
+}
+MS_CLONES void SigmoidGradBf16Bf16(const void* dy, const void* y, void* dx,
+                                   size_t n) {
+  Map2<DType::kBF16, DType::kBF16, DType::kBF16>(dy, y, dx, n, SigmoidGradOp{});
+}
+
+MS_CLONES void SgdF32(void* p, const void* g, float lr, size_t n) {
+  Map2<DType::kF32, DType::kF32, DType::kF32>(p, g, p, n, SgdOp{lr});
+}
+MS_CLONES void SgdBf16(void* p, const void* g, float lr, size_t n) {
+  Map2<DType::kBF16, DType::kBF16, DType::kBF16>(p, g, p, n, SgdOp{lr});
+}
+
+MS_CLONES void F32ToBf16(const void* x, void* y, size_t n) {
+  Map1<DType::kF32, DType::kBF16>(x, y, n, IdentityOp{});
+}
+MS_CLONES void Bf16ToF32(const void* x, void* y, size_t n) {
+  Map1<DType::kBF16, DType::kF32>(x, y, n, IdentityOp{});
+}
+
+// Element i goes to lane i % 16 of the accumulators, each lane adds in index
+// order and the lanes are added in a fixed order at the end: the same result
+// on every ISA and every call.
+template <DType T>
+MS_INLINE double SumImpl(const void* x, size_t n) {
+  D8 lo = {}, hi = {};
+  auto add = [&lo, &hi](const F16& v) {
+    F8 v_lo, v_hi;
+    std::memcpy(&v_lo, &v, sizeof(v_lo));
+    std::memcpy(&v_hi, reinterpret_cast<const char*>(&v) + sizeof(v_lo),
+                sizeof(v_hi));
+    lo += __builtin_convertvector(v_lo, D8);
+    hi += __builtin_convertvector(v_hi, D8);
+  };
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) add(Load<T>(x, i));
+  if (i < n) {
+    Tail<T> tail(x, i, n - i);
+    add(Load<T>(tail.bytes, 0));
+  }
+  double lanes[kLanes];
+  std::memcpy(lanes, &lo, sizeof(lo));
+  std::memcpy(lanes + kLanes / 2, &hi, sizeof(hi));
+  double sum = 0;
+  for (double lane : lanes) sum += lane;
+  return sum;
+}
+
+MS_CLONES double SumF32(const void* x, size_t n) {
+  return SumImpl<DType::kF32>(x, n);
+}
+MS_CLONES double SumBf16(const void* x, size_t n) {
+  return SumImpl<DType::kBF16>(x, n);
+}
+
+}  // namespace
+
+void Sigmoid(DType dtype, const void* x, void* y, size_t count) {
+  if (dtype == DType::kF32) {
+    SigmoidF32(x, y, count);
+  } else {
+    SigmoidBf16(x, y, count);
+  }
+}
+
+void SigmoidGrad(DType dtype, const void* dy, const void* y, DType dx_type,
+                 void* dx, size_t count) {
+  if (dtype == DType::kF32) {
+    if (dx_type == DType::kF32) {
+      SigmoidGradF32F32(dy, y, dx, count);
+    } else {
+      SigmoidGradF32Bf16(dy, y, dx, count);
+    }
+  } else {
+    if (dx_type == DType::kF32) {
+      SigmoidGradBf16F32(dy, y, dx, count);
+    } else {
+      SigmoidGradBf16Bf16(dy, y, dx, count);
+    }
+  }
+}
+
+void SgdUpdate(DType dtype, void* p, const void* g, float lr, size_t count) {
+  if (dtype == DType::kF32) {
+    SgdF32(p, g, lr, count);
+  } else {
+    SgdBf16(p, g, lr, count);
+  }
+}
+
+void Convert(DType from, const void* x, DType to, void* y, size_t count) {
+  if (from == to) {
+    if (x != y) std::memmove(y, x, count * SizeOf(from));
+  } else if (from == DType::kF32) {
+    F32ToBf16(x, y, count);
+  } else {
+    Bf16ToF32(x, y, count);
+  }
+}
+
+double Sum(DType dtype, const void* x, size_t count) {
+  return dtype == DType::kF32 ? SumF32(x, count) : SumBf16(x, count);
+}
+
+void Fill(DType dtype, void* x, float value, size_t count) {
+  if (dtype == DType::kF32) {
+    std::fill_n(static_cast<float*>(x), count, value);
+  } else {
+    std::fill_n(static_cast<uint16_t*>(x), count, bf16::FromFloat(value));
+  }
+}
+
+}  // namespace multislice::compute

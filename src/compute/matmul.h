@@ -1,0 +1,73 @@
+// Matrix multiplication on one device through oneDNN: AVX-512 (and AVX512-BF16
+// or AMX where the CPU has them) chosen at run time.
+//
+// C[m, n] = alpha * op(A)[m, k] @ op(B)[k, n] + beta * C, row-major, where
+// op(X) is X or its transpose (a transposed operand is read in place through
+// its strides: no copy). Leading dimensions are in elements and default to
+// the dense row-major ones. A and B share a dtype (f32 or bf16); C is f32 or
+// bf16. Accumulation is always f32; a bf16 C is rounded once at the end
+// (oneDNN 2.6 has no f32 x f32 -> bf16 kernel: that combination computes an
+// f32 C in a per-thread buffer and rounds it with Convert, an extra pass).
+// `sigmoid` applies the logistic function to the result (after beta) in the
+// same pass, as a oneDNN post-op. C must not overlap A or B.
+//
+// Cost on a Zen 5 core (measured with `multislice peak --variants`): the fused
+// sigmoid costs about 1-6% (most when k is small), beta != 0 about 2-12%
+// (old C is read from memory, most when k is small).
+//
+// Thread-safety: Gemm may be called from many device threads at once; each
+// call runs on the calling thread only (single-threaded kernels, so device
+// threads do not fight over cores: the first Gemm on a thread calls
+// SetSingleThreaded for it). Primitives are created once per GemmDesc and
+// cached per thread (with the thread's oneDNN engine, stream and scratchpad),
+// so the first call with a new desc costs a primitive creation (about a
+// millisecond) and later ones none; the cache lives until the thread exits.
+// alpha and beta are part of the key: use a few fixed values, not a new one
+// per call.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/dtype.h"
+#include "common/status.h"
+
+namespace multislice::compute {
+
+struct GemmDesc {
+  int64_t m = 0, n = 0, k = 0;
+  bool transpose_a = false;  // A is stored [k, m] (lda >= m)
+  bool transpose_b = false;  // B is stored [n, k] (ldb >= k)
+  DType ab_type = DType::kBF16;
+  DType c_type = DType::kF32;
+  int64_t lda = 0, ldb = 0, ldc = 0;  // 0: dense
+  float alpha = 1.0f;                 // any finite value
+  float beta = 0.0f;  // 0: overwrite C (its old contents are never read);
+                      // 1: accumulate into C; any other finite value scales
+  bool sigmoid = false;
+};
+
+// Runs one matmul. kInvalidArgument (naming the GemmDesc field) for
+// non-positive sizes, a leading dimension below the stored row length, a
+// non-finite alpha or beta, or a null pointer; kInternal when oneDNN cannot
+// create the primitive (the message says why). Blocks until C is written.
+Status Gemm(const GemmDesc& desc, const void* a, const void* b, void* c);
+
+// The oneDNN implementation Gemm uses for `desc`, e.g.
+// "brg:avx512_core_bf16" (a "ref:" one is a slow reference loop); for reports
+// and tests. Same errors as Gemm.
+Result<std::string> GemmImplName(const GemmDesc& desc);
+
+// Makes oneDNN (and OpenMP) use only the calling thread for work started on
+// it. Call once at the start of every device thread (Gemm also calls it on
+// its first use in a thread). Only that thread's OpenMP thread count changes.
+void SetSingleThreaded();
+
+// What oneDNN dispatches to on this machine, e.g. "avx512_core_bf16"; for
+// reports (docs/performance.md, `multislice peak`).
+const char* IsaName();
+
+// oneDNN's version and CPU threading runtime, e.g. "2.6.3 (OpenMP)".
+std::string DnnlVersion();
+
+}  // namespace multislice::compute

@@ -1,0 +1,350 @@
+// Gemm against a naive triple loop in double, over every combination of
+// transposes, input and output types, alpha, beta and the fused sigmoid, on
+// odd shapes and padded leading dimensions.
+#include "compute/matmul.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "common/bf16.h"
+
+namespace multislice::compute {
+namespace {
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+const Shape kShapes[] = {{1, 1, 1}, {7, 5, 3}, {33, 65, 17}, {128, 256, 64}};
+
+// A matrix stored [rows, ld] in `type`, with its values also kept as
+// doubles; the padding columns hold `pad`.
+struct Matrix {
+  DType type;
+  int64_t rows, cols, ld;
+  std::vector<double> values;  // rows * cols, dense
+  std::vector<unsigned char> storage;
+
+  Matrix(DType t, int64_t r, int64_t c, int64_t ld_, std::mt19937& rng,
+         float pad)
+      : type(t),
+        rows(r),
+        cols(c),
+        ld(ld_),
+        values(r * c),
+        storage(r * ld_ * SizeOf(t)) {
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < ld; ++j) {
+        float v = j < cols ? dist(rng) : pad;
+        if (t == DType::kBF16) v = bf16::ToFloat(bf16::FromFloat(v));
+        if (j < cols) values[i * cols + j] = v;
+        Set(i, j, v);
+      }
+    }
+  }
+
+  void Set(int64_t i, int64_t j, float v) {
+    if (type == DType::kF32) {
+      reinterpret_cast<float*>(storage.data())[i * ld + j] = v;
+    } else {
+      reinterpret_cast<uint16_t*>(storage.data())[i * ld + j] =
+          bf16::FromFloat(v);
+    }
+  }
+  float Get(int64_t i, int64_t j) const {
+    if (type == DType::kF32) {
+      return reinterpret_cast<const float*>(storage.data())[i * ld + j];
+    }
+    return bf16::ToFloat(
+        reinterpret_cast<const uint16_t*>(storage.data())[i * ld + j]);
+  }
+  double At(int64_t i, int64_t j) const { return values[i * cols + j]; }
+};
+
+// The distance between consecutive bf16 values around |v|.
+double Bf16Ulp(double v) {
+  v = std::fabs(v);
+  if (v < 1e-30) return std::ldexp(1.0, -133);
+  return std::ldexp(1.0, std::ilogb(v) - 7);
+}
+
+double Sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
+
+// Runs one Gemm and compares every element with the double reference.
+void CheckGemm(const GemmDesc& desc, bool padded, uint32_t seed) {
+  SCOPED_TRACE("m=" + std::to_string(desc.m) + " n=" + std::to_string(desc.n) +
+               " k=" + std::to_string(desc.k) +
+               (padded ? " padded" : " dense"));
+  std::mt19937 rng(seed);
+  const float kNan = std::numeric_limits<float>::quiet_NaN();
+  // Padding of A and B is NaN: reading it into a result would show.
+  const int64_t a_rows = desc.transpose_a ? desc.k : desc.m;
+  const int64_t a_cols = desc.transpose_a ? desc.m : desc.k;
+  const int64_t b_rows = desc.transpose_b ? desc.n : desc.k;
+  const int64_t b_cols = desc.transpose_b ? desc.k : desc.n;
+  const int64_t lda = padded ? a_cols + 3 : a_cols;
+  const int64_t ldb = padded ? b_cols + 5 : b_cols;
+  const int64_t ldc = padded ? desc.n + 2 : desc.n;
+  Matrix a(desc.ab_type, a_rows, a_cols, lda, rng, kNan);
+  Matrix b(desc.ab_type, b_rows, b_cols, ldb, rng, kNan);
+  const float kSentinel = 12288.0f;  // C's padding must stay as it was
+  Matrix c(desc.c_type, desc.m, desc.n, ldc, rng, kSentinel);
+  if (desc.beta == 0.0f) {
+    // With beta 0 the old C must not be read at all.
+    for (int64_t i = 0; i < desc.m; ++i) {
+      for (int64_t j = 0; j < desc.n; ++j) c.Set(i, j, kNan);
+    }
+  }
+  GemmDesc run = desc;
+  run.lda = padded ? lda : 0;
+  run.ldb = padded ? ldb : 0;
+  run.ldc = padded ? ldc : 0;
+  Status status =
+      Gemm(run, a.storage.data(), b.storage.data(), c.storage.data());
+  ASSERT_TRUE(status.ok()) << status.message();
+  int bad = 0;
+  for (int64_t i = 0; i < desc.m; ++i) {
+    for (int64_t j = 0; j < desc.n; ++j) {
+      double sum = 0, abs_sum = 0;
+      for (int64_t p = 0; p < desc.k; ++p) {
+        double av = desc.transpose_a ? a.At(p, i) : a.At(i, p);
+        double bv = desc.transpose_b ? b.At(j, p) : b.At(p, j);
+        sum += av * bv;
+        abs_sum += std::fabs(av * bv);
+      }
+      double old_c = desc.beta == 0.0f ? 0.0 : c.At(i, j);
+      double z = desc.alpha * sum + desc.beta * old_c;
+      double bound = 1e-5 * (std::fabs(desc.alpha) * abs_sum +
+                             std::fabs(desc.beta * old_c)) +
+                     1e-30;
+      double expected = z;
+      if (desc.sigmoid) {
+        expected = Sigmoid(z);
+        // sigmoid' <= 1/4; oneDNN's logistic adds a few f32 ulps.
+        bound = 0.25 * bound + 1e-6;
+      }
+      if (desc.c_type == DType::kBF16) {
+        double rounded = bf16::ToFloat(bf16::FromFloat(expected));
+        bound += Bf16Ulp(rounded);
+        expected = rounded;
+      }
+      double got = c.Get(i, j);
+      if (!(std::fabs(got - expected) <= bound) && ++bad <= 5) {
+        ADD_FAILURE() << "C[" << i << "," << j << "] = " << got << ", expected "
+                      << expected << " +- " << bound;
+      }
+    }
+    for (int64_t j = desc.n; j < ldc; ++j) {
+      if (c.Get(i, j) != kSentinel && ++bad <= 5) {
+        ADD_FAILURE() << "padding C[" << i << "," << j << "] was written";
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+using Combo = std::tuple<bool, bool, DType, DType, float, bool, float>;
+
+class GemmComboTest : public testing::TestWithParam<Combo> {};
+
+TEST_P(GemmComboTest, MatchesDoubleReference) {
+  auto [ta, tb, ab, c, beta, sigmoid, alpha] = GetParam();
+  uint32_t seed = 1;
+  for (const Shape& shape : kShapes) {
+    for (bool padded : {false, true}) {
+      GemmDesc desc;
+      desc.m = shape.m;
+      desc.n = shape.n;
+      desc.k = shape.k;
+      desc.transpose_a = ta;
+      desc.transpose_b = tb;
+      desc.ab_type = ab;
+      desc.c_type = c;
+      desc.alpha = alpha;
+      desc.beta = beta;
+      desc.sigmoid = sigmoid;
+      CheckGemm(desc, padded, seed++);
+    }
+  }
+}
+
+std::string ComboName(const testing::TestParamInfo<Combo>& info) {
+  auto [ta, tb, ab, c, beta, sigmoid, alpha] = info.param;
+  std::string name = std::string(ta ? "At" : "A") + (tb ? "Bt" : "B") + "_" +
+                     (ab == DType::kF32 ? "f32" : "bf16") + "to" +
+                     (c == DType::kF32 ? "f32" : "bf16") + "_beta" +
+                     (beta == 0.0f ? "0" : "1") + (sigmoid ? "_sigmoid" : "") +
+                     (alpha == 1.0f ? "" : "_alpha");
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllCombinations, GemmComboTest,
+    testing::Combine(testing::Bool(), testing::Bool(),
+                     testing::Values(DType::kF32, DType::kBF16),
+                     testing::Values(DType::kF32, DType::kBF16),
+                     testing::Values(0.0f, 1.0f), testing::Bool(),
+                     testing::Values(1.0f, -0.75f)),
+    ComboName);
+
+TEST(GemmTest, OtherBetaScalesOldC) {
+  for (DType c : {DType::kF32, DType::kBF16}) {
+    GemmDesc desc;
+    desc.m = 17;
+    desc.n = 9;
+    desc.k = 31;
+    desc.c_type = c;
+    desc.beta = 0.5f;
+    desc.alpha = 2.0f;
+    CheckGemm(desc, false, 7);
+    CheckGemm(desc, true, 8);
+  }
+}
+
+TEST(GemmTest, RepeatedCallsReuseThePrimitiveAndAgree) {
+  GemmDesc desc;
+  desc.m = 64;
+  desc.n = 48;
+  desc.k = 40;
+  desc.ab_type = DType::kF32;
+  std::vector<float> a(desc.m * desc.k, 0.5f), b(desc.k * desc.n, 0.25f);
+  std::vector<float> c1(desc.m * desc.n), c2(desc.m * desc.n);
+  ASSERT_TRUE(Gemm(desc, a.data(), b.data(), c1.data()).ok());
+  ASSERT_TRUE(Gemm(desc, a.data(), b.data(), c2.data()).ok());
+  EXPECT_EQ(c1, c2);
+  EXPECT_FLOAT_EQ(c1[0], 40 * 0.125f);
+}
+
+TEST(GemmTest, ConcurrentThreadsGetCorrectResults) {
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([t] {
+      for (int rep = 0; rep < 3; ++rep) {
+        GemmDesc desc;
+        desc.m = 96 + 8 * t;
+        desc.n = 80;
+        desc.k = 72 - 8 * t;
+        desc.transpose_b = (t == 1);
+        desc.c_type = t == 0 ? DType::kF32 : DType::kBF16;
+        desc.sigmoid = (rep == 2);
+        CheckGemm(desc, rep == 1, 100 + t * 10 + rep);
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+}
+
+TEST(GemmTest, FirstGemmMakesItsThreadSingleThreaded) {
+  int before = 0, after = 0, other = 0;
+  std::thread worker([&] {
+    before = omp_get_max_threads();
+    GemmDesc desc;
+    desc.m = desc.n = desc.k = 8;
+    desc.ab_type = DType::kF32;
+    std::vector<float> a(64, 1.0f), b(64, 1.0f), c(64);
+    ASSERT_TRUE(Gemm(desc, a.data(), b.data(), c.data()).ok());
+    after = omp_get_max_threads();
+  });
+  worker.join();
+  // A new thread starts from the process-wide default again.
+  std::thread([&] { other = omp_get_max_threads(); }).join();
+  EXPECT_EQ(after, 1);
+  EXPECT_EQ(other, before);
+}
+
+TEST(GemmTest, SetSingleThreadedOnlyAffectsTheCallingThread) {
+  int before = 0, inner = 0, other = 0;
+  std::thread worker([&] {
+    before = omp_get_max_threads();
+    SetSingleThreaded();
+    inner = omp_get_max_threads();
+    std::thread([&] { other = omp_get_max_threads(); }).join();
+  });
+  worker.join();
+  EXPECT_EQ(inner, 1);
+  EXPECT_EQ(other, before);
+}
+
+// The error for `desc` must be kInvalidArgument and mention `field`.
+void ExpectInvalid(const GemmDesc& desc, const std::string& field,
+                   bool null_a = false) {
+  std::vector<float> buf(1024);
+  Status s = Gemm(desc, null_a ? nullptr : buf.data(), buf.data(), buf.data());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
+  EXPECT_NE(s.message().find(field), std::string::npos) << s.message();
+}
+
+TEST(GemmTest, RejectsBadDescriptions) {
+  GemmDesc good;
+  good.m = 4;
+  good.n = 6;
+  good.k = 5;
+  GemmDesc d = good;
+  d.m = 0;
+  ExpectInvalid(d, "GemmDesc.m");
+  d = good;
+  d.n = -1;
+  ExpectInvalid(d, "GemmDesc.n");
+  d = good;
+  d.k = 0;
+  ExpectInvalid(d, "GemmDesc.k");
+  d = good;
+  d.lda = 4;  // A is [4, 5]
+  ExpectInvalid(d, "GemmDesc.lda");
+  d = good;
+  d.transpose_a = true;
+  d.lda = 3;  // A is [5, 4]
+  ExpectInvalid(d, "GemmDesc.lda");
+  d = good;
+  d.ldb = 5;  // B is [5, 6]
+  ExpectInvalid(d, "GemmDesc.ldb");
+  d = good;
+  d.transpose_b = true;
+  d.ldb = 4;  // B is [6, 5]
+  ExpectInvalid(d, "GemmDesc.ldb");
+  d = good;
+  d.ldc = 5;
+  ExpectInvalid(d, "GemmDesc.ldc");
+  d = good;
+  d.alpha = std::numeric_limits<float>::infinity();
+  ExpectInvalid(d, "GemmDesc.alpha");
+  d = good;
+  d.beta = std::numeric_limits<float>::quiet_NaN();
+  ExpectInvalid(d, "GemmDesc.beta");
+  d = good;
+  d.ab_type = static_cast<DType>(7);
+  ExpectInvalid(d, "GemmDesc.ab_type");
+  ExpectInvalid(good, "A pointer", /*null_a=*/true);
+  // A valid desc with a larger leading dimension is accepted.
+  d = good;
+  d.lda = 9;
+  d.ldb = 8;
+  d.ldc = 7;
+  std::vector<float> buf(1024);
+  EXPECT_TRUE(Gemm(d, buf.data(), buf.data(), buf.data()).ok());
+}
+
+TEST(GemmTest, ReportsIsaAndImplementation) {
+  EXPECT_STRNE(IsaName(), "unknown");
+  EXPECT_FALSE(DnnlVersion().empty());
+  GemmDesc desc;
+  desc.m = desc.n = desc.k = 256;
+  Result<std::string> impl = GemmImplName(desc);
+  ASSERT_TRUE(impl.ok()) << impl.status().message();
+  EXPECT_FALSE(impl->empty());
+  std::printf("oneDNN %s, ISA %s, bf16 matmul: %s\n", DnnlVersion().c_str(),
+              IsaName(), impl->c_str());
+}
+
+}  // namespace
+}  // namespace multislice::compute
