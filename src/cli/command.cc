@@ -7,4 +7,9 @@ std::vector<std::string>& CommandLine() {
   return line;
 }
 
+std::map<std::string, FlagAliases>& CommandFlagAliases() {
+  static std::map<std::string, FlagAliases> aliases;
+  return aliases;
+}
+
 }  // namespace multislice::cli

@@ -22,4 +22,10 @@ using CommandTable = std::map<const CLI::App*, std::function<int()>>;
 // launch local workers re-run it in every worker.
 std::vector<std::string>& CommandLine();
 
+// Multi-letter short flags that CLI11 cannot declare (shardings.py's `-dd`,
+// `-if`, ...), per command: main() rewrites them to their long names before
+// parsing. Keyed by the command's name, e.g. "shardings".
+using FlagAliases = std::map<std::string, std::string>;
+std::map<std::string, FlagAliases>& CommandFlagAliases();
+
 }  // namespace multislice::cli

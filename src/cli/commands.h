@@ -7,9 +7,15 @@ namespace multislice::cli {
 
 void AddMeshCommand(CLI::App& root, CommandTable& table);
 void AddBenchCommand(CLI::App& root, CommandTable& table);
+void AddShardingsCommand(CLI::App& root, CommandTable& table);
+void AddPlanCommand(CLI::App& root, CommandTable& table);
+void AddPeakCommand(CLI::App& root, CommandTable& table);
 
 inline void AddAllCommands(CLI::App& root, CommandTable& table) {
   AddMeshCommand(root, table);
+  AddShardingsCommand(root, table);
+  AddPlanCommand(root, table);
+  AddPeakCommand(root, table);
   AddBenchCommand(root, table);
 }
 

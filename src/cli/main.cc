@@ -1,4 +1,5 @@
 // The `multislice` binary: one executable, one subcommand per capability.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -29,8 +30,20 @@ int Main(int argc, char** argv) {
   CommandLine().assign(argv, argv + argc);
   CommandTable table;
   AddAllCommands(app, table);
+  // Rewrite a command's multi-letter short flags (e.g. shardings' -dd).
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty()) {
+    auto aliases = CommandFlagAliases().find(args[0]);
+    if (aliases != CommandFlagAliases().end()) {
+      for (std::string& a : args) {
+        auto it = aliases->second.find(a);
+        if (it != aliases->second.end()) a = it->second;
+      }
+    }
+  }
+  std::reverse(args.begin(), args.end());  // CLI11 takes them reversed
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

@@ -12,6 +12,7 @@
 
 #include "runtime/runtime.h"
 #include "runtime/stream.h"
+#include "runtime/trace.h"
 
 namespace multislice::runtime {
 
@@ -87,7 +88,8 @@ CollectiveHandle DeviceCollectives::Fail(Status status) {
 
 CollectiveHandle DeviceCollectives::Launch(const std::string& what,
                                            std::vector<CollectivePhase> phases,
-                                           std::shared_ptr<OpState> op) {
+                                           std::shared_ptr<OpState> op,
+                                           const CollectiveHandle& after) {
   op->what = what;
   op->num_phases = static_cast<int>(phases.size());
   if (phases.empty()) {
@@ -97,12 +99,35 @@ CollectiveHandle DeviceCollectives::Launch(const std::string& what,
   // A phase waits for its predecessor at most this long; the predecessor's
   // own waits are bounded by the timeout, so this only guards against bugs.
   const auto guard = runtime_.timeout() * 3;
+  std::shared_ptr<OpState> dependency = after.op_;
+  Trace* trace = runtime_.trace();
+  const int device = device_id_;
   for (int i = 0; i < op->num_phases; ++i) {
     CollectivePhase& phase = phases[i];
     Stream& stream = phase.on_dcn ? streams_->dcn : streams_->ici;
-    stream.Enqueue([op, i, guard, name = std::move(phase.name),
+    const Track track = phase.on_dcn ? Track::kDcn : Track::kIci;
+    stream.Enqueue([op, i, guard, trace, device, track,
+                    dependency = i == 0 ? dependency : nullptr,
+                    name = std::move(phase.name),
                     body = std::move(phase.body)] {
+      // The collective this one comes after was queued earlier on every
+      // stream, so waiting for it here cannot deadlock.
+      Status dependency_status;
+      if (dependency) {
+        std::unique_lock<std::mutex> dep_lock(dependency->mu);
+        if (!dependency->cv.wait_for(dep_lock, guard,
+                                     [&] { return dependency->done; })) {
+          dependency_status =
+              DeadlineExceeded("waited too long for " + dependency->what);
+        } else if (!dependency->status.ok()) {
+          dependency_status =
+              Aborted("skipped because " + dependency->what + " failed");
+        }
+      }
       std::unique_lock<std::mutex> lock(op->mu);
+      if (!dependency_status.ok() && op->status.ok()) {
+        op->status = dependency_status.WithContext(op->what);
+      }
       if (!op->cv.wait_for(lock, guard,
                            [&] { return op->phases_started_after >= i; }) &&
           op->status.ok()) {
@@ -111,7 +136,11 @@ CollectiveHandle DeviceCollectives::Launch(const std::string& what,
       }
       const bool run = op->status.ok();
       lock.unlock();
-      Status s = run ? body() : OkStatus();
+      Status s;
+      if (run) {
+        ScopedSpan span(trace, device, track, op->what + " " + name);
+        s = body();
+      }
       lock.lock();
       if (!s.ok() && op->status.ok()) {
         op->status = s.WithContext(op->what + ", " + name + " phase");
@@ -247,7 +276,8 @@ std::string DeviceCollectives::Describe(const char* op, const AxisGroup& g,
 CollectiveHandle DeviceCollectives::AllReduce(const Axes& axes, const void* in,
                                               void* out, size_t count,
                                               DType dtype, ReduceOp op,
-                                              const std::string& label) {
+                                              const std::string& label,
+                                              const CollectiveHandle& after) {
   MS_GROUP_OR_FAIL(g, axes);
   const std::string what = Describe("all_reduce", g, label);
   const size_t es = comm::SizeOf(dtype);
@@ -287,14 +317,12 @@ CollectiveHandle DeviceCollectives::AllReduce(const Axes& axes, const void* in,
       break;
     }
   }
-  return Launch(what, std::move(b.phases()), state);
+  return Launch(what, std::move(b.phases()), state, after);
 }
 
-CollectiveHandle DeviceCollectives::ReduceScatter(const Axes& axes,
-                                                  const void* in, void* out,
-                                                  size_t count, DType dtype,
-                                                  ReduceOp op,
-                                                  const std::string& label) {
+CollectiveHandle DeviceCollectives::ReduceScatter(
+    const Axes& axes, const void* in, void* out, size_t count, DType dtype,
+    ReduceOp op, const std::string& label, const CollectiveHandle& after) {
   MS_GROUP_OR_FAIL(g, axes);
   const std::string what = Describe("reduce_scatter", g, label);
   const size_t es = comm::SizeOf(dtype);
@@ -338,13 +366,14 @@ CollectiveHandle DeviceCollectives::ReduceScatter(const Axes& axes,
       break;
     }
   }
-  return Launch(what, std::move(b.phases()), state);
+  return Launch(what, std::move(b.phases()), state, after);
 }
 
 CollectiveHandle DeviceCollectives::AllGather(const Axes& axes, const void* in,
                                               void* out, size_t count,
                                               DType dtype,
-                                              const std::string& label) {
+                                              const std::string& label,
+                                              const CollectiveHandle& after) {
   MS_GROUP_OR_FAIL(g, axes);
   const std::string what = Describe("all_gather", g, label);
   const size_t es = comm::SizeOf(dtype);
@@ -385,7 +414,7 @@ CollectiveHandle DeviceCollectives::AllGather(const Axes& axes, const void* in,
       break;
     }
   }
-  return Launch(what, std::move(b.phases()), state);
+  return Launch(what, std::move(b.phases()), state, after);
 }
 
 CollectiveHandle DeviceCollectives::Broadcast(const Axes& axes, int root,

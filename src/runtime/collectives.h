@@ -53,6 +53,7 @@ class CollectiveHandle {
   bool Done() const;
 
  private:
+  friend class DeviceCollectives;
   std::shared_ptr<OpState> op_;
 };
 
@@ -73,15 +74,21 @@ class DeviceCollectives {
   Result<const AxisGroup*> Group(const Axes& axes);
 
   // `label` names the collective in errors and traces, e.g. "layer3/grad".
+  // `after`: a collective this one must wait for (its input is the other's
+  // output), without blocking the device thread; e.g. a gradient's
+  // all-reduce over data after its reduce-scatter over fsdp.
   CollectiveHandle AllReduce(const Axes& axes, const void* in, void* out,
                              size_t count, DType dtype, ReduceOp op,
-                             const std::string& label = "");
+                             const std::string& label = "",
+                             const CollectiveHandle& after = {});
   CollectiveHandle ReduceScatter(const Axes& axes, const void* in, void* out,
                                  size_t count, DType dtype, ReduceOp op,
-                                 const std::string& label = "");
+                                 const std::string& label = "",
+                                 const CollectiveHandle& after = {});
   CollectiveHandle AllGather(const Axes& axes, const void* in, void* out,
                              size_t count, DType dtype,
-                             const std::string& label = "");
+                             const std::string& label = "",
+                             const CollectiveHandle& after = {});
   CollectiveHandle AllToAll(const Axes& axes, const void* in, void* out,
                             size_t count, DType dtype,
                             const std::string& label = "");
@@ -98,7 +105,8 @@ class DeviceCollectives {
   // Queues the phases of one collective; `op` owns its scratch buffers.
   CollectiveHandle Launch(const std::string& what,
                           std::vector<CollectivePhase> phases,
-                          std::shared_ptr<OpState> op);
+                          std::shared_ptr<OpState> op,
+                          const CollectiveHandle& after = {});
   CollectiveHandle Fail(Status status);
   // "all_reduce[data,fsdp]#12 label": how errors and traces name a call.
   std::string Describe(const char* op, const AxisGroup& g,

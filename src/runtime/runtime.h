@@ -28,6 +28,7 @@
 #include "runtime/comm/ici/group.h"
 #include "runtime/mesh/device_mesh.h"
 #include "runtime/mesh/topology.h"
+#include "runtime/trace.h"
 #include "runtime/worker_env.h"
 
 namespace multislice::runtime {
@@ -69,6 +70,11 @@ class Runtime {
   gloo::rendezvous::Store& store() { return *store_; }
   const dcn::StoreAddress& store_address() const { return store_address_; }
 
+  // The timeline that collectives and compute add spans to, or null (the
+  // default: nothing is recorded). Set before starting collectives.
+  Trace* trace() const { return trace_; }
+  void set_trace(Trace* trace) { trace_ = trace; }
+
   // Runs fn(local_index) on one thread per local device and waits for all.
   // Returns ok, or calls on_device_error with the first failure.
   Status RunOnDevices(const std::function<Status(int local_index)>& fn);
@@ -87,6 +93,7 @@ class Runtime {
   std::unique_ptr<ici::Domain> ici_domain_;
   std::vector<std::unique_ptr<dcn::Communicator>> dcn_;
   std::vector<std::unique_ptr<DeviceCollectives>> collectives_;
+  Trace* trace_ = nullptr;
 };
 
 }  // namespace multislice::runtime
