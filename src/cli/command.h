@@ -28,4 +28,8 @@ std::vector<std::string>& CommandLine();
 using FlagAliases = std::map<std::string, std::string>;
 std::map<std::string, FlagAliases>& CommandFlagAliases();
 
+// args (without the program name) with the aliases of the command named by
+// args[0] replaced by their long names.
+std::vector<std::string> ApplyFlagAliases(std::vector<std::string> args);
+
 }  // namespace multislice::cli

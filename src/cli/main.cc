@@ -31,16 +31,8 @@ int Main(int argc, char** argv) {
   CommandTable table;
   AddAllCommands(app, table);
   // Rewrite a command's multi-letter short flags (e.g. shardings' -dd).
-  std::vector<std::string> args(argv + 1, argv + argc);
-  if (!args.empty()) {
-    auto aliases = CommandFlagAliases().find(args[0]);
-    if (aliases != CommandFlagAliases().end()) {
-      for (std::string& a : args) {
-        auto it = aliases->second.find(a);
-        if (it != aliases->second.end()) a = it->second;
-      }
-    }
-  }
+  std::vector<std::string> args =
+      ApplyFlagAliases(std::vector<std::string>(argv + 1, argv + argc));
   std::reverse(args.begin(), args.end());  // CLI11 takes them reversed
   try {
     app.parse(args);
