@@ -211,6 +211,42 @@ int SweepOnDevice(Runtime& rt, int local, int* checked) {
   return wrong;
 }
 
+// A reduce-scatter over fsdp followed, without waiting, by an all-reduce
+// over data of its output (`after`): the result is the sum over both axes.
+int CheckChainedCollectives(Runtime& rt, int local) {
+  DeviceCollectives& coll = rt.collectives(local);
+  const int me = rt.local_devices()[local];
+  const std::vector<int> fsdp = ReferenceGroup(rt.mesh(), {"fsdp"}, me);
+  const std::vector<int> data = ReferenceGroup(rt.mesh(), {"data"}, me);
+  const int p = static_cast<int>(fsdp.size());
+  const int r =
+      static_cast<int>(std::find(fsdp.begin(), fsdp.end(), me) - fsdp.begin());
+  const size_t count = 100003;
+  const comm::Segment mine = PartitionSegment(count, p, r);
+  std::vector<float> in(count), shard(mine.count);
+  for (size_t i = 0; i < count; ++i) in[i] = Value(me, i, 99);
+  CollectiveHandle scattered =
+      coll.ReduceScatter({"fsdp"}, in.data(), shard.data(), count, DType::kF32,
+                         ReduceOp::kSum, "chain");
+  CollectiveHandle reduced =
+      coll.AllReduce({"data"}, shard.data(), shard.data(), mine.count,
+                     DType::kF32, ReduceOp::kSum, "chain", scattered);
+  if (!reduced.Wait().ok() || !scattered.Wait().ok()) return 1;
+  int wrong = 0;
+  for (size_t i = 0; i < mine.count; ++i) {
+    float want = 0;
+    // Sum over the data group of each member's own fsdp group.
+    for (int d : data) {
+      for (int f : ReferenceGroup(rt.mesh(), {"fsdp"}, d)) {
+        want += Value(f, mine.offset + i, 99);
+      }
+    }
+    wrong += shard[i] != want;
+  }
+  if (wrong) std::fprintf(stderr, "chained collectives: %d wrong\n", wrong);
+  return wrong;
+}
+
 // Two-level all-reduce moves 2(m-1)/(m k) * S bytes per device over DCN.
 int CheckTwoLevelDcnBytes(Runtime& rt, int local) {
   DeviceCollectives& coll = rt.collectives(local);
@@ -257,6 +293,7 @@ int WorkerMain(int argc, char** argv) {
   std::vector<int> checked(wrong.size());
   Status s = (*rt)->RunOnDevices([&](int local) {
     wrong[local] = SweepOnDevice(**rt, local, &checked[local]) +
+                   CheckChainedCollectives(**rt, local) +
                    CheckTwoLevelDcnBytes(**rt, local);
     return OkStatus();
   });
