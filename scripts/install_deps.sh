@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs, with apt, the Debian 12 packages multislice needs to build, test
 # and run, skipping those already installed. Safe to run again.
+#   --peer  also the PyTorch peer of the benchmarks (bench/compare_shardings.sh):
+#           python3-torch, and OpenBLAS for its f32 matmuls
 set -euo pipefail
 
 packages=(
@@ -12,6 +14,10 @@ packages=(
   libdnnl-dev                        # matmul kernels (oneDNN)
   openmpi-bin libopenmpi-dev         # the mpi-flat benchmark baseline
 )
+
+if [ "${1:-}" = "--peer" ]; then
+  packages+=(python3-torch libopenblas0-pthread)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
