@@ -17,10 +17,6 @@ using runtime::Axes;
 using runtime::CollectiveHandle;
 using runtime::Track;
 
-// Random streams: one per weight, one for X.
-constexpr uint64_t kInputStream = 1u << 20;
-uint64_t WeightStream(int layer, int which) { return 2 * layer + which; }
-
 const Axes kAllAxes = {"data", "fsdp", "tensor"};
 
 // A buffer of `count` elements of one dtype (bytes, 64-byte aligned).
@@ -216,10 +212,11 @@ struct ShardingsDevice::State {
         layer.w[which].Reset(dt, sh.emb_f * sh.ff_t);
         // Logical W[F, E]; this device holds rows tensor_index * F/t and
         // columns fsdp_index * E/f, stored transposed.
-        compute::FillBlock(
-            compute::Distribution::kNormal, config.seed, WeightStream(l, which),
-            1e-4f, sh.emb, row_offset(), col_offset(), sh.ff_t, sh.emb_f,
-            /*transposed=*/true, dt, layer.w[which].data(), sh.ff_t);
+        compute::FillBlock(compute::Distribution::kNormal, config.seed,
+                           ShardingsWeightStream(l, which), 1e-4f, sh.emb,
+                           row_offset(), col_offset(), sh.ff_t, sh.emb_f,
+                           /*transposed=*/true, dt, layer.w[which].data(),
+                           sh.ff_t);
         layer.grad_full[which].Reset(dt, sh.emb * sh.ff_t);
         if (sh.fsdp > 1) {
           layer.w_full[which].Reset(dt, sh.emb * sh.ff_t);
@@ -232,8 +229,9 @@ struct ShardingsDevice::State {
     }
     input.Reset(dt, sh.emb_t * b);
     compute::FillBlock(
-        compute::Distribution::kUniform, config.seed, kInputStream, 1.0f,
-        sh.emb, (static_cast<int64_t>(data_index) * sh.fsdp + fsdp_index) * b,
+        compute::Distribution::kUniform, config.seed, kShardingsInputStream,
+        1.0f, sh.emb,
+        (static_cast<int64_t>(data_index) * sh.fsdp + fsdp_index) * b,
         static_cast<int64_t>(tensor_index) * sh.emb_t, b, sh.emb_t,
         /*transposed=*/true, dt, input.data(), b);
     d_out.Reset(dt, sh.emb_t * b);

@@ -49,6 +49,14 @@ struct ShardingsConfig {
   bool skip_dcn = false;
 };
 
+// The random streams of compute::FillBlock that define the tensors for a
+// seed: X, and weight `which` (0: EMB2FF, 1: FF2EMB) of layer `layer`, each
+// indexed by its logical row-major position. Any shard is generated alone.
+inline constexpr uint64_t kShardingsInputStream = 1u << 20;
+inline constexpr uint64_t ShardingsWeightStream(int layer, int which) {
+  return 2 * static_cast<uint64_t>(layer) + which;
+}
+
 // Sizes of the model and of one device's shards.
 struct ShardingsShapes {
   int64_t emb = 0, ff = 0;  // E, F

@@ -9,10 +9,6 @@ namespace {
 
 using compute::GemmDesc;
 
-// Must match the streams of shardings.cc: that they agree is what the
-// comparison checks.
-constexpr uint64_t kInputStream = 1u << 20;
-
 std::vector<std::byte> Alloc(DType dt, int64_t count) {
   return std::vector<std::byte>(static_cast<size_t>(count) * SizeOf(dt));
 }
@@ -28,15 +24,18 @@ Result<ReferenceResult> ShardingsReferenceStep(const ShardingsConfig& config,
   std::vector<std::vector<std::byte>> w1(layers), w2(layers), m1(layers),
       acts(layers + 1);
   acts[0] = Alloc(dt, bsz * e);
-  compute::FillBlock(compute::Distribution::kUniform, config.seed, kInputStream,
-                     1.0f, e, 0, 0, bsz, e, false, dt, acts[0].data(), e);
+  compute::FillBlock(compute::Distribution::kUniform, config.seed,
+                     kShardingsInputStream, 1.0f, e, 0, 0, bsz, e, false, dt,
+                     acts[0].data(), e);
   for (int l = 0; l < layers; ++l) {
     w1[l] = Alloc(dt, f * e);
     w2[l] = Alloc(dt, f * e);
-    compute::FillBlock(compute::Distribution::kNormal, config.seed, 2 * l,
-                       1e-4f, e, 0, 0, f, e, false, dt, w1[l].data(), e);
-    compute::FillBlock(compute::Distribution::kNormal, config.seed, 2 * l + 1,
-                       1e-4f, e, 0, 0, f, e, false, dt, w2[l].data(), e);
+    compute::FillBlock(compute::Distribution::kNormal, config.seed,
+                       ShardingsWeightStream(l, 0), 1e-4f, e, 0, 0, f, e, false,
+                       dt, w1[l].data(), e);
+    compute::FillBlock(compute::Distribution::kNormal, config.seed,
+                       ShardingsWeightStream(l, 1), 1e-4f, e, 0, 0, f, e, false,
+                       dt, w2[l].data(), e);
     m1[l] = Alloc(dt, bsz * f);
     acts[l + 1] = Alloc(dt, bsz * e);
     // M1 = sigmoid(X @ W1^T): W1 stored [F, E] = [n, k].
