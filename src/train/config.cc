@@ -1,0 +1,458 @@
+// Parsing, validation and JSON output of TrainConfig.
+//
+// kFields below is the only list of keys: loading, overrides, ToJson, the
+// known-key list and the help text all walk it. YAML values and command-line
+// values go through the same text parsers, so `steps: 10` in a file and
+// `steps=10` on the command line accept exactly the same spellings.
+#include "train/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <type_traits>
+#include <variant>
+
+namespace multislice {
+namespace {
+
+using Member = std::variant<std::string TrainConfig::*, int TrainConfig::*,
+                            double TrainConfig::*, bool TrainConfig::*>;
+
+struct Field {
+  const char* name;
+  Member member;
+  const char* help;
+};
+
+// Same order and grouping as configs/base.yml.
+const Field kFields[] = {
+    {"run_name", &TrainConfig::run_name,
+     "name of the run directory; empty = a timestamp"},
+    {"base_output_directory", &TrainConfig::base_output_directory,
+     "parent directory of run directories"},
+    {"steps", &TrainConfig::steps, "training steps"},
+    {"per_device_batch_size", &TrainConfig::per_device_batch_size,
+     "sequences per device per step"},
+    {"max_target_length", &TrainConfig::max_target_length,
+     "tokens per sequence"},
+    {"ici_data_parallelism", &TrainConfig::ici_data_parallelism,
+     "data-parallel devices within a slice; -1 = the rest"},
+    {"ici_fsdp_parallelism", &TrainConfig::ici_fsdp_parallelism,
+     "FSDP devices within a slice; -1 = the rest"},
+    {"ici_tensor_parallelism", &TrainConfig::ici_tensor_parallelism,
+     "tensor-parallel devices within a slice; -1 = the rest"},
+    {"dcn_data_parallelism", &TrainConfig::dcn_data_parallelism,
+     "data-parallel slices; -1 = the rest"},
+    {"dcn_fsdp_parallelism", &TrainConfig::dcn_fsdp_parallelism,
+     "FSDP slices; -1 = the rest"},
+    {"dcn_tensor_parallelism", &TrainConfig::dcn_tensor_parallelism,
+     "tensor-parallel slices; -1 = the rest"},
+    {"vocab_size", &TrainConfig::vocab_size, "vocabulary size"},
+    {"emb_dim", &TrainConfig::emb_dim, "model width; a multiple of num_heads"},
+    {"num_heads", &TrainConfig::num_heads, "attention heads"},
+    {"num_decoder_layers", &TrainConfig::num_decoder_layers,
+     "transformer blocks"},
+    {"mlp_dim", &TrainConfig::mlp_dim, "hidden width of the MLP"},
+    {"learning_rate", &TrainConfig::learning_rate,
+     "peak learning rate after warmup"},
+    {"warmup_steps", &TrainConfig::warmup_steps,
+     "steps of linear warmup from 0"},
+    {"cosine_learning_rate_final_fraction",
+     &TrainConfig::cosine_learning_rate_final_fraction,
+     "final learning rate as a fraction of the peak"},
+    {"adam_b1", &TrainConfig::adam_b1, "AdamW beta1"},
+    {"adam_b2", &TrainConfig::adam_b2, "AdamW beta2"},
+    {"adam_eps", &TrainConfig::adam_eps, "AdamW epsilon"},
+    {"adam_weight_decay", &TrainConfig::adam_weight_decay,
+     "AdamW decoupled weight decay"},
+    {"gradient_clipping_threshold", &TrainConfig::gradient_clipping_threshold,
+     "clip the global gradient norm to this; 0 = no clipping"},
+    {"checkpoint_period", &TrainConfig::checkpoint_period,
+     "steps between checkpoints"},
+    {"max_num_checkpoints_to_keep", &TrainConfig::max_num_checkpoints_to_keep,
+     "older checkpoints are deleted"},
+    {"async_checkpointing", &TrainConfig::async_checkpointing,
+     "write checkpoints in the background"},
+    {"enable_checkpointing", &TrainConfig::enable_checkpointing,
+     "write checkpoints and resume from the latest"},
+    {"dataset_path", &TrainConfig::dataset_path,
+     "prepared dataset; empty = the default fortunes dataset"},
+    {"eval_interval", &TrainConfig::eval_interval, "steps between evaluations"},
+    {"eval_batches", &TrainConfig::eval_batches, "batches per evaluation"},
+    {"seed", &TrainConfig::seed, "seed for initialisation and data order"},
+    {"dtype", &TrainConfig::dtype, "activation and weight dtype: bf16 or f32"},
+    {"deterministic", &TrainConfig::deterministic,
+     "use reduction orders that give bitwise-repeatable runs"},
+    {"log_period", &TrainConfig::log_period, "steps between log lines"},
+};
+
+const Field* FindField(const std::string& name) {
+  for (const Field& field : kFields) {
+    if (name == field.name) return &field;
+  }
+  return nullptr;
+}
+
+std::string KnownKeysList() {
+  std::string list;
+  for (const Field& field : kFields) {
+    if (!list.empty()) list += ", ";
+    list += field.name;
+  }
+  return list;
+}
+
+// Shortest text that reads back as the same double.
+std::string FormatDouble(double value) {
+  char buffer[64];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return ec == std::errc() ? std::string(buffer, end) : std::to_string(value);
+}
+
+// std::from_chars rejects a leading '+', which YAML allows.
+std::string_view WithoutPlus(std::string_view text) {
+  if (text.size() > 1 && text[0] == '+' && text[1] != '-') {
+    text.remove_prefix(1);
+  }
+  return text;
+}
+
+// Each parser returns what was expected, or "" when `text` parsed.
+std::string ParseValue(std::string_view text, std::string& out) {
+  out = std::string(text);
+  return "";
+}
+
+std::string ParseValue(std::string_view text, int& out) {
+  std::string_view digits = WithoutPlus(text);
+  auto [end, ec] =
+      std::from_chars(digits.data(), digits.data() + digits.size(), out);
+  if (ec == std::errc::result_out_of_range) {
+    return "an integer between -2147483648 and 2147483647";
+  }
+  if (ec != std::errc() || end != digits.data() + digits.size() ||
+      digits.empty()) {
+    return "an integer";
+  }
+  return "";
+}
+
+std::string ParseValue(std::string_view text, double& out) {
+  std::string_view number = WithoutPlus(text);
+  auto [end, ec] =
+      std::from_chars(number.data(), number.data() + number.size(), out);
+  if (ec != std::errc() || end != number.data() + number.size() ||
+      number.empty() || !std::isfinite(out)) {
+    return "a finite number";
+  }
+  return "";
+}
+
+std::string ParseValue(std::string_view text, bool& out) {
+  // YAML 1.2 core schema spellings.
+  if (text == "true" || text == "True" || text == "TRUE") {
+    out = true;
+    return "";
+  }
+  if (text == "false" || text == "False" || text == "FALSE") {
+    out = false;
+    return "";
+  }
+  return "true or false";
+}
+
+// Parses `text` into the field; `config` is unchanged on error.
+Status SetField(const Field& field, const std::string& text,
+                const std::string& where, TrainConfig& config) {
+  return std::visit(
+      [&](auto member) -> Status {
+        using Value = std::remove_reference_t<decltype(config.*member)>;
+        Value value{};
+        std::string expected = ParseValue(text, value);
+        if (!expected.empty()) {
+          return InvalidArgument("key '" + std::string(field.name) + "' = '" +
+                                 text + "' in " + where + ": expected " +
+                                 expected);
+        }
+        config.*member = std::move(value);
+        return OkStatus();
+      },
+      field.member);
+}
+
+Status UnknownKey(const std::string& key, const std::string& where) {
+  return InvalidArgument("unknown key '" + key + "' in " + where +
+                         "; known keys: " + KnownKeysList());
+}
+
+Status SetKey(const std::string& key, const std::string& text,
+              const std::string& where, TrainConfig& config) {
+  const Field* field = FindField(key);
+  if (field == nullptr) return UnknownKey(key, where);
+  return SetField(*field, text, where, config);
+}
+
+Result<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return InvalidArgument("cannot read config file '" + path +
+                           "': " + std::strerror(errno));
+  }
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    // A directory opens like a file but does not read.
+    return InvalidArgument("cannot read config file '" + path +
+                           "': it is a directory");
+  }
+  std::string contents((std::istreambuf_iterator<char>(in)),
+                       std::istreambuf_iterator<char>());
+  if (in.bad()) {
+    return InvalidArgument("cannot read config file '" + path +
+                           "': read failed");
+  }
+  return contents;
+}
+
+Status ApplyYaml(const std::string& path, TrainConfig& config) {
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    std::string position;
+    if (!e.mark.is_null()) {
+      position = " at line " + std::to_string(e.mark.line + 1) + ", column " +
+                 std::to_string(e.mark.column + 1);
+    }
+    return InvalidArgument("YAML syntax error in " + path + position + ": " +
+                           e.msg);
+  }
+  if (root.IsNull()) return OkStatus();  // an empty file keeps the defaults
+  if (!root.IsMap()) {
+    return InvalidArgument("config file '" + path +
+                           "' must be a YAML mapping of key: value lines");
+  }
+  std::set<std::string> seen;
+  for (const auto& entry : root) {
+    if (!entry.first.IsScalar()) {
+      return InvalidArgument("config file '" + path +
+                             "' has a key that is not a plain name");
+    }
+    const std::string key = entry.first.Scalar();
+    if (!seen.insert(key).second) {
+      return InvalidArgument("key '" + key + "' appears twice in " + path);
+    }
+    const YAML::Node& value = entry.second;
+    if (value.IsSequence() || value.IsMap()) {
+      if (FindField(key) == nullptr) return UnknownKey(key, path);
+      return InvalidArgument("key '" + key + "' in " + path +
+                             ": expected a single value, not a " +
+                             (value.IsMap() ? "mapping" : "list"));
+    }
+    // A null value (`key:` or `key: ~`) reads as the empty string.
+    const std::string scalar = value.IsScalar() ? value.Scalar() : "";
+    RETURN_IF_ERROR(SetKey(key, scalar, path, config));
+  }
+  return OkStatus();
+}
+
+std::string IntRangeError(const char* key, int value,
+                          const std::string& expected) {
+  return "key '" + std::string(key) + "' = " + std::to_string(value) +
+         ": expected " + expected;
+}
+
+Status CheckAtLeast(const char* key, int value, int minimum) {
+  if (value >= minimum) return OkStatus();
+  return InvalidArgument(
+      IntRangeError(key, value, "an integer >= " + std::to_string(minimum)));
+}
+
+// Checks lower <= value (or lower < value) and value <= upper (or < upper).
+Status CheckNumber(const char* key, double value, double lower,
+                   bool lower_inclusive, double upper, bool upper_inclusive) {
+  bool ok = (lower_inclusive ? value >= lower : value > lower) &&
+            (upper_inclusive ? value <= upper : value < upper);
+  if (ok) return OkStatus();
+  std::string expected = "a number " +
+                         std::string(lower_inclusive ? ">=" : ">") + " " +
+                         FormatDouble(lower);
+  if (std::isfinite(upper)) {
+    expected += " and " + std::string(upper_inclusive ? "<=" : "<") + " " +
+                FormatDouble(upper);
+  }
+  return InvalidArgument("key '" + std::string(key) + "' = " +
+                         FormatDouble(value) + ": expected " + expected);
+}
+
+struct ParallelismAxis {
+  const char* key;
+  int value;
+};
+
+// Each axis is -1 or >= 1, and at most one axis of the group is -1.
+Status CheckParallelism(const char* group, const ParallelismAxis (&axes)[3]) {
+  const char* fill_axis = nullptr;
+  for (const ParallelismAxis& axis : axes) {
+    if (axis.value != -1 && axis.value < 1) {
+      return InvalidArgument(
+          IntRangeError(axis.key, axis.value,
+                        "-1 (use the remaining devices) or an integer >= 1"));
+    }
+    if (axis.value == -1) {
+      if (fill_axis != nullptr) {
+        return InvalidArgument("keys '" + std::string(fill_axis) + "' and '" +
+                               axis.key + "' are both -1: expected at most " +
+                               "one " + group + "_* axis to be -1");
+      }
+      fill_axis = axis.key;
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Status ApplyTrainConfigOverrides(const std::vector<std::string>& overrides,
+                                 const std::string& where,
+                                 TrainConfig& config) {
+  for (const std::string& override_text : overrides) {
+    size_t equals = override_text.find('=');
+    if (equals == std::string::npos || equals == 0) {
+      return InvalidArgument("override '" + override_text + "' in " + where +
+                             " is not of the form key=value");
+    }
+    RETURN_IF_ERROR(SetKey(override_text.substr(0, equals),
+                           override_text.substr(equals + 1), where, config));
+  }
+  return OkStatus();
+}
+
+Result<TrainConfig> LoadTrainConfig(const std::string& yaml_path,
+                                    const std::vector<std::string>& overrides) {
+  TrainConfig config;
+  RETURN_IF_ERROR(ApplyYaml(yaml_path, config));
+  RETURN_IF_ERROR(
+      ApplyTrainConfigOverrides(overrides, "the command line", config));
+  return config;
+}
+
+Status ValidateTrainConfig(const TrainConfig& c) {
+  if (c.run_name.find('/') != std::string::npos || c.run_name == "." ||
+      c.run_name == "..") {
+    return InvalidArgument("key 'run_name' = '" + c.run_name +
+                           "': expected a single directory name without '/'");
+  }
+  if (c.base_output_directory.empty()) {
+    return InvalidArgument(
+        "key 'base_output_directory' = '': expected a directory path");
+  }
+  RETURN_IF_ERROR(CheckAtLeast("steps", c.steps, 1));
+  RETURN_IF_ERROR(
+      CheckAtLeast("per_device_batch_size", c.per_device_batch_size, 1));
+  RETURN_IF_ERROR(CheckAtLeast("max_target_length", c.max_target_length, 1));
+  RETURN_IF_ERROR(CheckParallelism(
+      "ici", {{"ici_data_parallelism", c.ici_data_parallelism},
+              {"ici_fsdp_parallelism", c.ici_fsdp_parallelism},
+              {"ici_tensor_parallelism", c.ici_tensor_parallelism}}));
+  RETURN_IF_ERROR(CheckParallelism(
+      "dcn", {{"dcn_data_parallelism", c.dcn_data_parallelism},
+              {"dcn_fsdp_parallelism", c.dcn_fsdp_parallelism},
+              {"dcn_tensor_parallelism", c.dcn_tensor_parallelism}}));
+  RETURN_IF_ERROR(CheckAtLeast("vocab_size", c.vocab_size, 1));
+  RETURN_IF_ERROR(CheckAtLeast("emb_dim", c.emb_dim, 1));
+  RETURN_IF_ERROR(CheckAtLeast("num_heads", c.num_heads, 1));
+  if (c.emb_dim % c.num_heads != 0) {
+    return InvalidArgument(IntRangeError(
+        "emb_dim", c.emb_dim,
+        "a multiple of num_heads (" + std::to_string(c.num_heads) + ")"));
+  }
+  RETURN_IF_ERROR(CheckAtLeast("num_decoder_layers", c.num_decoder_layers, 1));
+  RETURN_IF_ERROR(CheckAtLeast("mlp_dim", c.mlp_dim, 1));
+  const double kInfinity = HUGE_VAL;
+  RETURN_IF_ERROR(CheckNumber("learning_rate", c.learning_rate, 0, false,
+                              kInfinity, false));
+  RETURN_IF_ERROR(CheckAtLeast("warmup_steps", c.warmup_steps, 0));
+  RETURN_IF_ERROR(CheckNumber("cosine_learning_rate_final_fraction",
+                              c.cosine_learning_rate_final_fraction, 0, true, 1,
+                              true));
+  RETURN_IF_ERROR(CheckNumber("adam_b1", c.adam_b1, 0, true, 1, false));
+  RETURN_IF_ERROR(CheckNumber("adam_b2", c.adam_b2, 0, true, 1, false));
+  RETURN_IF_ERROR(
+      CheckNumber("adam_eps", c.adam_eps, 0, false, kInfinity, false));
+  RETURN_IF_ERROR(CheckNumber("adam_weight_decay", c.adam_weight_decay, 0, true,
+                              kInfinity, false));
+  RETURN_IF_ERROR(CheckNumber("gradient_clipping_threshold",
+                              c.gradient_clipping_threshold, 0, true, kInfinity,
+                              false));
+  RETURN_IF_ERROR(CheckAtLeast("checkpoint_period", c.checkpoint_period, 1));
+  RETURN_IF_ERROR(CheckAtLeast("max_num_checkpoints_to_keep",
+                               c.max_num_checkpoints_to_keep, 1));
+  RETURN_IF_ERROR(CheckAtLeast("eval_interval", c.eval_interval, 1));
+  RETURN_IF_ERROR(CheckAtLeast("eval_batches", c.eval_batches, 1));
+  RETURN_IF_ERROR(CheckAtLeast("seed", c.seed, 0));
+  if (c.dtype != "bf16" && c.dtype != "f32") {
+    return InvalidArgument("key 'dtype' = '" + c.dtype +
+                           "': expected bf16 or f32");
+  }
+  RETURN_IF_ERROR(CheckAtLeast("log_period", c.log_period, 1));
+  return OkStatus();
+}
+
+nlohmann::json ToJson(const TrainConfig& config) {
+  nlohmann::json json = nlohmann::json::object();
+  for (const Field& field : kFields) {
+    std::visit([&](auto member) { json[field.name] = config.*member; },
+               field.member);
+  }
+  return json;
+}
+
+std::string RunDirectory(const TrainConfig& config) {
+  return config.base_output_directory + "/" + config.run_name;
+}
+
+std::vector<std::string> TrainConfigKeys() {
+  std::vector<std::string> keys;
+  for (const Field& field : kFields) keys.push_back(field.name);
+  return keys;
+}
+
+std::string DescribeTrainConfigKeys() {
+  const TrainConfig defaults;
+  std::string text;
+  for (const Field& field : kFields) {
+    std::visit(
+        [&](auto member) {
+          using Value = std::remove_cvref_t<decltype(defaults.*member)>;
+          const Value& value = defaults.*member;
+          std::string type, shown;
+          if constexpr (std::is_same_v<Value, std::string>) {
+            type = "string";
+            shown = "\"" + value + "\"";
+          } else if constexpr (std::is_same_v<Value, bool>) {
+            type = "bool";
+            shown = value ? "true" : "false";
+          } else if constexpr (std::is_same_v<Value, int>) {
+            type = "int";
+            shown = std::to_string(value);
+          } else {
+            type = "float";
+            shown = FormatDouble(value);
+          }
+          text += "  " + std::string(field.name) + " (" + type + ", default " +
+                  shown + "): " + field.help + "\n";
+        },
+        field.member);
+  }
+  return text;
+}
+
+}  // namespace multislice

@@ -1,0 +1,110 @@
+// The trainer's configuration, MaxText style: a YAML file of `key: value`
+// scalars (configs/base.yml lists every key with its default) followed by
+// `key=value` overrides from the command line, e.g.
+//
+//   multislice train configs/base.yml steps=50 run_name=smoke
+//
+// Every key lives in one table in config.cc (name, type, member, help), so
+// parsing, ToJson, the list of known keys and the help text cannot drift
+// apart. Defaults live only in the member initializers below.
+//
+// Errors are kInvalidArgument with one sentence that names the key, the value,
+// where it came from and what was expected.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace multislice {
+
+struct TrainConfig {
+  // Run identity and output. The run writes into RunDirectory(config).
+  std::string run_name;  // "" = the caller picks a timestamp
+  std::string base_output_directory = "runs";
+
+  // Loop and batch shape.
+  int steps = 200;
+  int per_device_batch_size = 8;  // sequences per device per step
+  int max_target_length = 128;    // tokens per sequence
+
+  // Mesh: devices per axis within a slice (ici_*) and slices per axis (dcn_*).
+  // -1 means "whatever is left"; at most one axis per group may be -1.
+  int ici_data_parallelism = 1;
+  int ici_fsdp_parallelism = -1;
+  int ici_tensor_parallelism = 1;
+  int dcn_data_parallelism = -1;
+  int dcn_fsdp_parallelism = 1;
+  int dcn_tensor_parallelism = 1;
+
+  // Model size.
+  int vocab_size = 256;
+  int emb_dim = 256;  // a multiple of num_heads
+  int num_heads = 4;
+  int num_decoder_layers = 4;
+  int mlp_dim = 1024;
+
+  // Optimizer: AdamW with linear warmup, then cosine decay to
+  // learning_rate * cosine_learning_rate_final_fraction at `steps`.
+  double learning_rate = 1e-3;
+  int warmup_steps = 20;
+  double cosine_learning_rate_final_fraction = 0.1;
+  double adam_b1 = 0.9;
+  double adam_b2 = 0.95;
+  double adam_eps = 1e-8;
+  double adam_weight_decay = 0.1;
+  double gradient_clipping_threshold = 1.0;  // global norm; 0 = no clipping
+
+  // Checkpoints.
+  int checkpoint_period = 50;  // steps between checkpoints
+  int max_num_checkpoints_to_keep = 3;
+  bool async_checkpointing = true;
+  bool enable_checkpointing = true;
+
+  // Data and evaluation.
+  std::string dataset_path;  // "" = the default prepared fortunes dataset
+  int eval_interval = 20;    // steps between evaluations
+  int eval_batches = 4;      // batches per evaluation
+
+  // Numerics and logging.
+  int seed = 0;
+  std::string dtype = "bf16";  // "bf16" or "f32"
+  bool deterministic = false;
+  int log_period = 1;  // steps between log lines
+
+  friend bool operator==(const TrainConfig&, const TrainConfig&) = default;
+};
+
+// Reads the YAML mapping at `yaml_path` (scalar values only) on top of the
+// defaults, then applies `overrides` of the form "key=value" in order (later
+// wins; the value is taken verbatim, no YAML quoting). Does not check value
+// ranges: call ValidateTrainConfig on the result.
+Result<TrainConfig> LoadTrainConfig(const std::string& yaml_path,
+                                    const std::vector<std::string>& overrides);
+
+// Applies "key=value" overrides to `config` in order. `where` names their
+// source in error messages ("the command line").
+Status ApplyTrainConfigOverrides(const std::vector<std::string>& overrides,
+                                 const std::string& where, TrainConfig& config);
+
+// Checks value ranges and relations between keys (e.g. emb_dim divisible by
+// num_heads). Returns the first problem found.
+Status ValidateTrainConfig(const TrainConfig& config);
+
+// Every key with its value, for config.json in the run directory. Writing the
+// values back as overrides ("key=" + value, strings unquoted) gives the same
+// config.
+nlohmann::json ToJson(const TrainConfig& config);
+
+// base_output_directory + "/" + run_name. run_name must already be set.
+std::string RunDirectory(const TrainConfig& config);
+
+// The known keys in table order (the order of configs/base.yml).
+std::vector<std::string> TrainConfigKeys();
+
+// One line per key, "  name (type, default D): help", for `--help` output.
+std::string DescribeTrainConfigKeys();
+
+}  // namespace multislice

@@ -1,0 +1,374 @@
+// Tests for TrainConfig: defaults, YAML and command-line layering, the exact
+// error sentences, the shipped configs/base.yml, and the ToJson round trip.
+#include "train/config.h"
+
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "common/temp_dir.h"
+
+namespace multislice {
+namespace {
+
+// configs/base.yml, found from this file's place in the source tree.
+std::string ShippedBaseYaml() {
+  return (std::filesystem::path(__FILE__).parent_path() / ".." / ".." /
+          "configs" / "base.yml")
+      .lexically_normal()
+      .string();
+}
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  // Writes `contents` to a file in the temp dir and returns its path.
+  std::string WriteYaml(const std::string& contents,
+                        const std::string& name = "run.yml") {
+    std::string path = dir_.path() + "/" + name;
+    std::ofstream(path) << contents;
+    return path;
+  }
+
+  // The message of the error from loading `contents` with `overrides`.
+  std::string LoadError(const std::string& contents,
+                        const std::vector<std::string>& overrides = {}) {
+    Result<TrainConfig> config =
+        LoadTrainConfig(WriteYaml(contents), overrides);
+    EXPECT_FALSE(config.ok());
+    if (config.ok()) return "";
+    EXPECT_EQ(config.status().code(), StatusCode::kInvalidArgument);
+    return config.status().message();
+  }
+
+  std::string ValidateError(const TrainConfig& config) {
+    Status status = ValidateTrainConfig(config);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+    return status.message();
+  }
+
+  std::string KnownKeys() {
+    std::string list;
+    for (const std::string& key : TrainConfigKeys()) {
+      list += (list.empty() ? "" : ", ") + key;
+    }
+    return list;
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(ConfigTest, Defaults) {
+  TrainConfig c;
+  EXPECT_EQ(c.run_name, "");
+  EXPECT_EQ(c.base_output_directory, "runs");
+  EXPECT_EQ(c.steps, 200);
+  EXPECT_EQ(c.per_device_batch_size, 8);
+  EXPECT_EQ(c.max_target_length, 128);
+  EXPECT_EQ(c.ici_data_parallelism, 1);
+  EXPECT_EQ(c.ici_fsdp_parallelism, -1);
+  EXPECT_EQ(c.ici_tensor_parallelism, 1);
+  EXPECT_EQ(c.dcn_data_parallelism, -1);
+  EXPECT_EQ(c.dcn_fsdp_parallelism, 1);
+  EXPECT_EQ(c.dcn_tensor_parallelism, 1);
+  EXPECT_EQ(c.vocab_size, 256);
+  EXPECT_EQ(c.emb_dim, 256);
+  EXPECT_EQ(c.num_heads, 4);
+  EXPECT_EQ(c.num_decoder_layers, 4);
+  EXPECT_EQ(c.mlp_dim, 1024);
+  EXPECT_DOUBLE_EQ(c.learning_rate, 1e-3);
+  EXPECT_EQ(c.warmup_steps, 20);
+  EXPECT_DOUBLE_EQ(c.cosine_learning_rate_final_fraction, 0.1);
+  EXPECT_DOUBLE_EQ(c.adam_b1, 0.9);
+  EXPECT_DOUBLE_EQ(c.adam_b2, 0.95);
+  EXPECT_DOUBLE_EQ(c.adam_eps, 1e-8);
+  EXPECT_DOUBLE_EQ(c.adam_weight_decay, 0.1);
+  EXPECT_DOUBLE_EQ(c.gradient_clipping_threshold, 1.0);
+  EXPECT_EQ(c.checkpoint_period, 50);
+  EXPECT_EQ(c.max_num_checkpoints_to_keep, 3);
+  EXPECT_TRUE(c.async_checkpointing);
+  EXPECT_TRUE(c.enable_checkpointing);
+  EXPECT_EQ(c.dataset_path, "");
+  EXPECT_EQ(c.eval_interval, 20);
+  EXPECT_EQ(c.eval_batches, 4);
+  EXPECT_EQ(c.seed, 0);
+  EXPECT_EQ(c.dtype, "bf16");
+  EXPECT_FALSE(c.deterministic);
+  EXPECT_EQ(c.log_period, 1);
+  EXPECT_TRUE(ValidateTrainConfig(c).ok());
+}
+
+TEST_F(ConfigTest, EmptyFileGivesDefaults) {
+  Result<TrainConfig> config = LoadTrainConfig(WriteYaml(""), {});
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(*config, TrainConfig());
+}
+
+TEST_F(ConfigTest, YamlSetsKeysOfEveryType) {
+  Result<TrainConfig> config =
+      LoadTrainConfig(WriteYaml("run_name: smoke\n"
+                                "steps: 10\n"
+                                "ici_fsdp_parallelism: +2\n"
+                                "learning_rate: 3e-4\n"
+                                "adam_b2: .99\n"
+                                "async_checkpointing: False\n"
+                                "deterministic: TRUE\n"
+                                "dtype: f32\n"
+                                "dataset_path: ~\n"),
+                      {});
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(config->run_name, "smoke");
+  EXPECT_EQ(config->steps, 10);
+  EXPECT_EQ(config->ici_fsdp_parallelism, 2);
+  EXPECT_DOUBLE_EQ(config->learning_rate, 3e-4);
+  EXPECT_DOUBLE_EQ(config->adam_b2, 0.99);
+  EXPECT_FALSE(config->async_checkpointing);
+  EXPECT_TRUE(config->deterministic);
+  EXPECT_EQ(config->dtype, "f32");
+  EXPECT_EQ(config->dataset_path, "");
+  EXPECT_EQ(config->per_device_batch_size, 8);  // untouched keys keep defaults
+}
+
+TEST_F(ConfigTest, OverridesWinOverYamlAndLaterOverridesWin) {
+  Result<TrainConfig> config =
+      LoadTrainConfig(WriteYaml("steps: 10\nrun_name: from_yaml\n"),
+                      {"steps=20", "run_name=first", "run_name=second",
+                       "dataset_path=/data/a=b", "deterministic=true"});
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(config->steps, 20);
+  EXPECT_EQ(config->run_name, "second");
+  EXPECT_EQ(config->dataset_path, "/data/a=b");  // split at the first '='
+  EXPECT_TRUE(config->deterministic);
+}
+
+TEST_F(ConfigTest, UnknownKeyInYaml) {
+  EXPECT_EQ(LoadError("steps: 10\nfoo: 1\n"),
+            "unknown key 'foo' in " + dir_.path() +
+                "/run.yml; known keys: " + KnownKeys());
+  EXPECT_EQ(KnownKeys().substr(0, 38),
+            "run_name, base_output_directory, steps");
+}
+
+TEST_F(ConfigTest, UnknownKeyOnCommandLine) {
+  EXPECT_EQ(
+      LoadError("", {"steps=5", "stpes=5"}),
+      "unknown key 'stpes' in the command line; known keys: " + KnownKeys());
+}
+
+TEST_F(ConfigTest, WrongTypes) {
+  std::string where = " in " + dir_.path() + "/run.yml: expected ";
+  EXPECT_EQ(LoadError("steps: ten\n"),
+            "key 'steps' = 'ten'" + where + "an integer");
+  EXPECT_EQ(LoadError("steps: 1.5\n"),
+            "key 'steps' = '1.5'" + where + "an integer");
+  EXPECT_EQ(LoadError("steps:\n"), "key 'steps' = ''" + where + "an integer");
+  EXPECT_EQ(LoadError("steps: 99999999999\n"),
+            "key 'steps' = '99999999999'" + where +
+                "an integer between -2147483648 and 2147483647");
+  EXPECT_EQ(LoadError("learning_rate: fast\n"),
+            "key 'learning_rate' = 'fast'" + where + "a finite number");
+  EXPECT_EQ(LoadError("learning_rate: .inf\n"),
+            "key 'learning_rate' = '.inf'" + where + "a finite number");
+  EXPECT_EQ(LoadError("deterministic: yes\n"),
+            "key 'deterministic' = 'yes'" + where + "true or false");
+  EXPECT_EQ(LoadError("", {"steps=ten"}),
+            "key 'steps' = 'ten' in the command line: expected an integer");
+  EXPECT_EQ(LoadError("", {"learning_rate=inf"}),
+            "key 'learning_rate' = 'inf' in the command line: expected a "
+            "finite number");
+}
+
+TEST_F(ConfigTest, NonScalarValue) {
+  EXPECT_EQ(LoadError("steps: [1, 2]\n"),
+            "key 'steps' in " + dir_.path() +
+                "/run.yml: expected a single value, not a list");
+  EXPECT_EQ(LoadError("steps:\n  a: 1\n"),
+            "key 'steps' in " + dir_.path() +
+                "/run.yml: expected a single value, not a mapping");
+}
+
+TEST_F(ConfigTest, DuplicateYamlKey) {
+  EXPECT_EQ(LoadError("steps: 1\nsteps: 2\n"),
+            "key 'steps' appears twice in " + dir_.path() + "/run.yml");
+}
+
+TEST_F(ConfigTest, TopLevelMustBeAMapping) {
+  EXPECT_EQ(LoadError("- steps\n"),
+            "config file '" + dir_.path() +
+                "/run.yml' must be a YAML mapping of key: value lines");
+}
+
+TEST_F(ConfigTest, MalformedOverride) {
+  EXPECT_EQ(LoadError("", {"steps"}),
+            "override 'steps' in the command line is not of the form "
+            "key=value");
+  EXPECT_EQ(LoadError("", {"=3"}),
+            "override '=3' in the command line is not of the form key=value");
+}
+
+TEST_F(ConfigTest, MissingFile) {
+  std::string path = dir_.path() + "/missing.yml";
+  Result<TrainConfig> config = LoadTrainConfig(path, {});
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(config.status().message(), "cannot read config file '" + path +
+                                           "': No such file or directory");
+}
+
+TEST_F(ConfigTest, DirectoryIsNotAConfigFile) {
+  Result<TrainConfig> config = LoadTrainConfig(dir_.path(), {});
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().message(),
+            "cannot read config file '" + dir_.path() + "': it is a directory");
+}
+
+TEST_F(ConfigTest, YamlSyntaxErrorNamesLineAndColumn) {
+  EXPECT_EQ(LoadError("steps: 10\nrun_name: [a, b\n"),
+            "YAML syntax error in " + dir_.path() +
+                "/run.yml at line 3, column 1: end of sequence flow not "
+                "found");
+}
+
+TEST_F(ConfigTest, ShippedBaseYamlEqualsDefaults) {
+  Result<TrainConfig> config = LoadTrainConfig(ShippedBaseYaml(), {});
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(*config, TrainConfig());
+}
+
+TEST_F(ConfigTest, ShippedBaseYamlListsEveryKeyInTableOrder) {
+  YAML::Node root = YAML::LoadFile(ShippedBaseYaml());
+  std::vector<std::string> keys;
+  for (const auto& entry : root) keys.push_back(entry.first.Scalar());
+  EXPECT_EQ(keys, TrainConfigKeys());
+}
+
+TEST_F(ConfigTest, ToJsonHasEveryKey) {
+  nlohmann::json json = ToJson(TrainConfig());
+  std::set<std::string> json_keys;
+  for (const auto& [key, value] : json.items()) json_keys.insert(key);
+  std::vector<std::string> keys = TrainConfigKeys();
+  EXPECT_EQ(json_keys, std::set<std::string>(keys.begin(), keys.end()));
+  EXPECT_EQ(json["steps"], 200);
+  EXPECT_EQ(json["dtype"], "bf16");
+  EXPECT_EQ(json["async_checkpointing"], true);
+  EXPECT_DOUBLE_EQ(json["adam_eps"].get<double>(), 1e-8);
+}
+
+// Writes every JSON value back as a key=value override.
+std::vector<std::string> AsOverrides(const nlohmann::json& json) {
+  std::vector<std::string> overrides;
+  for (const auto& [key, value] : json.items()) {
+    overrides.push_back(
+        key + "=" +
+        (value.is_string() ? value.get<std::string>() : value.dump()));
+  }
+  return overrides;
+}
+
+TEST_F(ConfigTest, ToJsonRoundTripsThroughOverrides) {
+  TrainConfig original;
+  original.run_name = "round trip";
+  original.dataset_path = "/data/fortunes";
+  original.steps = 7;
+  original.ici_tensor_parallelism = -1;
+  original.learning_rate = 0.1 + 0.2;  // not exactly representable in short
+  original.adam_eps = 3.3e-9;
+  original.async_checkpointing = false;
+  original.deterministic = true;
+  original.dtype = "f32";
+
+  // Start from a file that differs everywhere it can, so that every key must
+  // come from the overrides.
+  Result<TrainConfig> config = LoadTrainConfig(
+      WriteYaml("steps: 1\nlearning_rate: 5\ndtype: bf16\nrun_name: x\n"),
+      AsOverrides(ToJson(original)));
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(*config, original);
+
+  Result<TrainConfig> defaults =
+      LoadTrainConfig(WriteYaml(""), AsOverrides(ToJson(TrainConfig())));
+  ASSERT_TRUE(defaults.ok()) << defaults.status().message();
+  EXPECT_EQ(*defaults, TrainConfig());
+}
+
+TEST_F(ConfigTest, RunDirectory) {
+  TrainConfig config;
+  config.run_name = "smoke";
+  EXPECT_EQ(RunDirectory(config), "runs/smoke");
+  config.base_output_directory = "/tmp/out";
+  EXPECT_EQ(RunDirectory(config), "/tmp/out/smoke");
+}
+
+TEST_F(ConfigTest, ValidationErrors) {
+  auto with = [](auto edit) {
+    TrainConfig config;
+    edit(config);
+    return config;
+  };
+  EXPECT_EQ(ValidateError(with([](TrainConfig& c) { c.steps = 0; })),
+            "key 'steps' = 0: expected an integer >= 1");
+  EXPECT_EQ(
+      ValidateError(with([](TrainConfig& c) { c.per_device_batch_size = -2; })),
+      "key 'per_device_batch_size' = -2: expected an integer >= 1");
+  EXPECT_EQ(ValidateError(with([](TrainConfig& c) { c.emb_dim = 250; })),
+            "key 'emb_dim' = 250: expected a multiple of num_heads (4)");
+  EXPECT_EQ(ValidateError(with([](TrainConfig& c) { c.learning_rate = 0; })),
+            "key 'learning_rate' = 0: expected a number > 0");
+  EXPECT_EQ(ValidateError(with([](TrainConfig& c) { c.adam_b1 = 1; })),
+            "key 'adam_b1' = 1: expected a number >= 0 and < 1");
+  EXPECT_EQ(ValidateError(with([](TrainConfig& c) {
+              c.cosine_learning_rate_final_fraction = 1.5;
+            })),
+            "key 'cosine_learning_rate_final_fraction' = 1.5: expected a "
+            "number >= 0 and <= 1");
+  EXPECT_EQ(ValidateError(with([](TrainConfig& c) { c.dtype = "f16"; })),
+            "key 'dtype' = 'f16': expected bf16 or f32");
+  EXPECT_EQ(
+      ValidateError(with([](TrainConfig& c) { c.checkpoint_period = 0; })),
+      "key 'checkpoint_period' = 0: expected an integer >= 1");
+  EXPECT_EQ(ValidateError(with(
+                [](TrainConfig& c) { c.max_num_checkpoints_to_keep = 0; })),
+            "key 'max_num_checkpoints_to_keep' = 0: expected an integer >= 1");
+  EXPECT_EQ(ValidateError(with([](TrainConfig& c) { c.warmup_steps = -1; })),
+            "key 'warmup_steps' = -1: expected an integer >= 0");
+  EXPECT_EQ(ValidateError(with([](TrainConfig& c) { c.run_name = "a/b"; })),
+            "key 'run_name' = 'a/b': expected a single directory name "
+            "without '/'");
+  EXPECT_EQ(
+      ValidateError(with([](TrainConfig& c) { c.base_output_directory = ""; })),
+      "key 'base_output_directory' = '': expected a directory path");
+}
+
+TEST_F(ConfigTest, ValidationOfParallelism) {
+  TrainConfig config;
+  config.ici_tensor_parallelism = 0;
+  EXPECT_EQ(ValidateError(config),
+            "key 'ici_tensor_parallelism' = 0: expected -1 (use the remaining "
+            "devices) or an integer >= 1");
+  config = TrainConfig();
+  config.dcn_fsdp_parallelism = -1;
+  EXPECT_EQ(ValidateError(config),
+            "keys 'dcn_data_parallelism' and 'dcn_fsdp_parallelism' are both "
+            "-1: expected at most one dcn_* axis to be -1");
+  config = TrainConfig();
+  config.ici_fsdp_parallelism = 2;
+  config.ici_tensor_parallelism = 4;
+  EXPECT_TRUE(ValidateTrainConfig(config).ok());
+}
+
+TEST_F(ConfigTest, DescribeListsEveryKeyWithItsDefault) {
+  std::string text = DescribeTrainConfigKeys();
+  for (const std::string& key : TrainConfigKeys()) {
+    EXPECT_NE(text.find("  " + key + " ("), std::string::npos) << key;
+  }
+  EXPECT_NE(text.find("  steps (int, default 200): "), std::string::npos);
+  EXPECT_NE(text.find("  dtype (string, default \"bf16\"): "),
+            std::string::npos);
+  EXPECT_NE(text.find("  adam_eps (float, default 1e-08): "),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace multislice
