@@ -12,6 +12,8 @@ packages=(
   redis-server                       # the redis:// rendezvous store
   libcli11-dev nlohmann-json3-dev    # command line, JSON
   libdnnl-dev                        # matmul kernels (oneDNN)
+  libyaml-cpp-dev                    # train configs (configs/*.yml)
+  fortunes                           # the default training corpus
   openmpi-bin libopenmpi-dev         # the mpi-flat benchmark baseline
 )
 

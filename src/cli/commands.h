@@ -10,12 +10,14 @@ void AddBenchCommand(CLI::App& root, CommandTable& table);
 void AddShardingsCommand(CLI::App& root, CommandTable& table);
 void AddPlanCommand(CLI::App& root, CommandTable& table);
 void AddPeakCommand(CLI::App& root, CommandTable& table);
+void AddDataCommand(CLI::App& root, CommandTable& table);
 
 inline void AddAllCommands(CLI::App& root, CommandTable& table) {
   AddMeshCommand(root, table);
   AddShardingsCommand(root, table);
   AddPlanCommand(root, table);
   AddPeakCommand(root, table);
+  AddDataCommand(root, table);
   AddBenchCommand(root, table);
 }
 
