@@ -1,0 +1,470 @@
+// GPT-2 forward and backward on one device: parameter layout, initialisation
+// and the activation bookkeeping around the gpt_ops.h kernels and the oneDNN
+// matmuls.
+#include "model/gpt.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/dtype.h"
+#include "compute/elementwise.h"
+#include "compute/matmul.h"
+#include "compute/random.h"
+#include "model/gpt_ops.h"
+
+namespace multislice::model::gpt {
+namespace {
+
+// Tensors per transformer block, in layout order.
+constexpr int kTensorsPerLayer = 12;
+enum LayerTensor {
+  kLn1W = 0,
+  kLn1B,
+  kQkvW,
+  kQkvB,
+  kAttnProjW,
+  kAttnProjB,
+  kLn2W,
+  kLn2B,
+  kFcW,
+  kFcB,
+  kFcProjW,
+  kFcProjB,
+};
+constexpr float kInitStd = 0.02f;
+
+}  // namespace
+
+// Runs the model's matmuls on f32 operands: directly in f32, or in bf16 by
+// rounding both operands into scratch buffers first (accumulation and C stay
+// f32).
+class GptModel::Matmul {
+ public:
+  explicit Matmul(DType ab_type) : ab_type_(ab_type) {}
+
+  // C[m,n] (beta 0: =, beta 1: +=) op(A)[m,k] @ op(B)[k,n], dense operands.
+  Status Run(compute::GemmDesc desc, const float* a, const float* b, float* c) {
+    desc.c_type = DType::kF32;
+    desc.ab_type = ab_type_;
+    if (ab_type_ == DType::kF32) return compute::Gemm(desc, a, b, c);
+    const size_t a_count = static_cast<size_t>(desc.m * desc.k);
+    const size_t b_count = static_cast<size_t>(desc.k * desc.n);
+    a16_.resize(a_count);
+    b16_.resize(b_count);
+    compute::Convert(DType::kF32, a, DType::kBF16, a16_.data(), a_count);
+    compute::Convert(DType::kF32, b, DType::kBF16, b16_.data(), b_count);
+    return compute::Gemm(desc, a16_.data(), b16_.data(), c);
+  }
+
+  // out[N,OC] = inp[N,IC] @ weight[IC,OC] (+ bias).
+  Status LinearForward(float* out, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int64_t IC, int64_t OC) {
+    compute::GemmDesc desc;
+    desc.m = N;
+    desc.n = OC;
+    desc.k = IC;
+    RETURN_IF_ERROR(Run(desc, inp, weight, out));
+    if (bias != nullptr) {
+      for (int64_t r = 0; r < N; ++r) {
+        float* row = out + r * OC;
+        for (int64_t o = 0; o < OC; ++o) row[o] += bias[o];
+      }
+    }
+    return OkStatus();
+  }
+
+  // dinp[N,IC] += dout[N,OC] @ weight^T; dweight[IC,OC] += inp^T @ dout;
+  // dbias[OC] += column sums of dout (when non-null).
+  Status LinearBackward(float* dinp, float* dweight, float* dbias,
+                        const float* dout, const float* inp,
+                        const float* weight, int64_t N, int64_t IC,
+                        int64_t OC) {
+    compute::GemmDesc dx;
+    dx.m = N;
+    dx.n = IC;
+    dx.k = OC;
+    dx.transpose_b = true;  // weight is [IC,OC] = [n,k]
+    dx.beta = 1.0f;
+    RETURN_IF_ERROR(Run(dx, dout, weight, dinp));
+    compute::GemmDesc dw;
+    dw.m = IC;
+    dw.n = OC;
+    dw.k = N;
+    dw.transpose_a = true;  // inp is [N,IC] = [k,m]
+    dw.beta = 1.0f;
+    RETURN_IF_ERROR(Run(dw, inp, dout, dweight));
+    if (dbias != nullptr) {
+      for (int64_t r = 0; r < N; ++r) {
+        const float* row = dout + r * OC;
+        for (int64_t o = 0; o < OC; ++o) dbias[o] += row[o];
+      }
+    }
+    return OkStatus();
+  }
+
+ private:
+  DType ab_type_;
+  std::vector<uint16_t> a16_, b16_;  // bf16 copies of A and B
+};
+
+namespace {
+
+void Zero(std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); }
+
+}  // namespace
+
+Status ValidateConfig(const GptConfig& c) {
+  auto positive = [](const char* field, int value) -> Status {
+    if (value > 0) return OkStatus();
+    return InvalidArgument("GptConfig." + std::string(field) + " is " +
+                           std::to_string(value) + "; expected > 0");
+  };
+  RETURN_IF_ERROR(positive("vocab_size", c.vocab_size));
+  RETURN_IF_ERROR(positive("max_seq_len", c.max_seq_len));
+  RETURN_IF_ERROR(positive("emb_dim", c.emb_dim));
+  RETURN_IF_ERROR(positive("num_heads", c.num_heads));
+  RETURN_IF_ERROR(positive("num_layers", c.num_layers));
+  RETURN_IF_ERROR(positive("mlp_dim", c.mlp_dim));
+  if (c.emb_dim % c.num_heads != 0) {
+    return InvalidArgument("GptConfig.emb_dim " + std::to_string(c.emb_dim) +
+                           " is not divisible by num_heads " +
+                           std::to_string(c.num_heads));
+  }
+  return OkStatus();
+}
+
+std::vector<ParamTensor> ParameterLayout(const GptConfig& c) {
+  const int64_t V = c.vocab_size, T = c.max_seq_len, C = c.emb_dim,
+                H = c.mlp_dim;
+  std::vector<ParamTensor> layout;
+  int64_t offset = 0;
+  auto add = [&](std::string name, std::vector<int64_t> shape) {
+    int64_t size = 1;
+    for (int64_t d : shape) size *= d;
+    layout.push_back({std::move(name), std::move(shape), offset, size});
+    offset += size;
+  };
+  add("wte", {V, C});
+  add("wpe", {T, C});
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string p = "h" + std::to_string(l) + ".";
+    add(p + "ln1.w", {C});
+    add(p + "ln1.b", {C});
+    add(p + "qkv.w", {C, 3 * C});
+    add(p + "qkv.b", {3 * C});
+    add(p + "attn_proj.w", {C, C});
+    add(p + "attn_proj.b", {C});
+    add(p + "ln2.w", {C});
+    add(p + "ln2.b", {C});
+    add(p + "fc.w", {C, H});
+    add(p + "fc.b", {H});
+    add(p + "fc_proj.w", {H, C});
+    add(p + "fc_proj.b", {C});
+  }
+  add("lnf.w", {C});
+  add("lnf.b", {C});
+  return layout;
+}
+
+int64_t NumParameters(const GptConfig& config) {
+  const std::vector<ParamTensor> layout = ParameterLayout(config);
+  return layout.back().offset + layout.back().size;
+}
+
+namespace {
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+}  // namespace
+
+void InitParameters(const GptConfig& config, uint64_t seed, float* params) {
+  const std::vector<ParamTensor> layout = ParameterLayout(config);
+  const float residual_scale =
+      1.0f / std::sqrt(2.0f * static_cast<float>(config.num_layers));
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const ParamTensor& t = layout[i];
+    float* out = params + t.offset;
+    if (t.shape.size() == 2) {
+      const bool residual =
+          EndsWith(t.name, "attn_proj.w") || EndsWith(t.name, "fc_proj.w");
+      const float scale = kInitStd * (residual ? residual_scale : 1.0f);
+      compute::FillBlock(compute::Distribution::kNormal, seed, i, scale,
+                         t.shape[1], 0, 0, t.shape[0], t.shape[1],
+                         /*transposed=*/false, DType::kF32, out, t.shape[1]);
+    } else {
+      const bool ln_weight = EndsWith(t.name, "ln1.w") ||
+                             EndsWith(t.name, "ln2.w") || t.name == "lnf.w";
+      std::fill(out, out + t.size, ln_weight ? 1.0f : 0.0f);
+    }
+  }
+}
+
+std::vector<uint8_t> WeightDecayMask(const GptConfig& config) {
+  const std::vector<ParamTensor> layout = ParameterLayout(config);
+  std::vector<uint8_t> mask(
+      static_cast<size_t>(layout.back().offset + layout.back().size), 0);
+  for (const ParamTensor& t : layout) {
+    if (t.shape.size() == 2) {
+      std::fill(mask.begin() + t.offset, mask.begin() + t.offset + t.size, 1);
+    }
+  }
+  return mask;
+}
+
+// Saved activations of one block; gradient scratch mirrors them.
+struct LayerActivations {
+  std::vector<float> ln1, ln1_mean, ln1_rstd;  // [N,C], [N], [N]
+  std::vector<float> qkv;                      // [N,3C]
+  std::vector<float> atty;                     // [N,C]
+  std::vector<float> preatt, att;              // [B,NH,T,T]
+  std::vector<float> attproj;                  // [N,C]
+  std::vector<float> residual2;                // [N,C]
+  std::vector<float> ln2, ln2_mean, ln2_rstd;  // [N,C], [N], [N]
+  std::vector<float> fch, fch_gelu;            // [N,mlp]
+  std::vector<float> fcproj;                   // [N,C]
+  std::vector<float> residual3;                // [N,C]
+};
+
+struct GptModel::Activations {
+  std::vector<int32_t> tokens, targets;
+  std::vector<float> encoded;  // [N,C]
+  std::vector<LayerActivations> layers;
+  std::vector<float> lnf, lnf_mean, lnf_rstd;  // [N,C], [N], [N]
+  std::vector<float> logits, probs;            // [N,V]
+  std::vector<float> losses;                   // [N]
+  // Backward scratch: gradients of one block's activations, reused per block.
+  LayerActivations dlayer;
+  std::vector<float> dresidual;  // [N,C], gradient of the residual stream
+  std::vector<float> dlnf;       // [N,C]
+  std::vector<float> dlogits;    // [N,V]
+  std::vector<float> dlosses;    // [N]
+};
+
+namespace {
+void SizeLayer(LayerActivations& a, int64_t N, int64_t C, int64_t H,
+               int64_t att) {
+  a.ln1.assign(N * C, 0.0f);
+  a.ln1_mean.assign(N, 0.0f);
+  a.ln1_rstd.assign(N, 0.0f);
+  a.qkv.assign(N * 3 * C, 0.0f);
+  a.atty.assign(N * C, 0.0f);
+  a.preatt.assign(att, 0.0f);
+  a.att.assign(att, 0.0f);
+  a.attproj.assign(N * C, 0.0f);
+  a.residual2.assign(N * C, 0.0f);
+  a.ln2.assign(N * C, 0.0f);
+  a.ln2_mean.assign(N, 0.0f);
+  a.ln2_rstd.assign(N, 0.0f);
+  a.fch.assign(N * H, 0.0f);
+  a.fch_gelu.assign(N * H, 0.0f);
+  a.fcproj.assign(N * C, 0.0f);
+  a.residual3.assign(N * C, 0.0f);
+}
+}  // namespace
+
+GptModel::GptModel(const GptConfig& config, DType matmul_type)
+    : config_(config),
+      layout_(ParameterLayout(config)),
+      acts_(std::make_unique<Activations>()),
+      matmul_(std::make_unique<Matmul>(matmul_type)) {}
+
+GptModel::~GptModel() = default;
+
+int64_t GptModel::LayerOffset(int layer, int index) const {
+  return layout_[2 + layer * kTensorsPerLayer + index].offset;
+}
+
+const float* GptModel::logits() const { return acts_->logits.data(); }
+
+Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
+                                const int32_t* targets, int B, int T) {
+  have_loss_ = false;
+  RETURN_IF_ERROR(ValidateConfig(config_));
+  if (B <= 0) {
+    return InvalidArgument("batch size B is " + std::to_string(B) +
+                           "; expected > 0");
+  }
+  if (T <= 0 || T > config_.max_seq_len) {
+    return InvalidArgument(
+        "sequence length T is " + std::to_string(T) + "; expected 1.." +
+        std::to_string(config_.max_seq_len) + " (GptConfig.max_seq_len)");
+  }
+  const int V = config_.vocab_size, C = config_.emb_dim, NH = config_.num_heads,
+            H = config_.mlp_dim, L = config_.num_layers;
+  const int64_t N = int64_t{B} * T;
+  for (int64_t i = 0; i < N; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= V ||
+        (targets != nullptr && (targets[i] < 0 || targets[i] >= V))) {
+      const bool bad_token = tokens[i] < 0 || tokens[i] >= V;
+      return InvalidArgument(
+          std::string(bad_token ? "token" : "target") + " id " +
+          std::to_string(bad_token ? tokens[i] : targets[i]) + " at position " +
+          std::to_string(i) + " is outside [0, " + std::to_string(V) + ")");
+    }
+  }
+  Activations& a = *acts_;
+  if (B != B_ || T != T_ || a.layers.size() != static_cast<size_t>(L)) {
+    const int64_t att = N * NH * T;
+    a.encoded.assign(N * C, 0.0f);
+    a.layers.resize(L);
+    for (LayerActivations& la : a.layers) SizeLayer(la, N, C, H, att);
+    SizeLayer(a.dlayer, N, C, H, att);
+    a.lnf.assign(N * C, 0.0f);
+    a.lnf_mean.assign(N, 0.0f);
+    a.lnf_rstd.assign(N, 0.0f);
+    a.logits.assign(N * V, 0.0f);
+    a.probs.assign(N * V, 0.0f);
+    a.losses.assign(N, 0.0f);
+    a.dresidual.assign(N * C, 0.0f);
+    a.dlnf.assign(N * C, 0.0f);
+    a.dlogits.assign(N * V, 0.0f);
+    a.dlosses.assign(N, 0.0f);
+    B_ = B;
+    T_ = T;
+  }
+  a.tokens.assign(tokens, tokens + N);
+
+  EncoderForward(a.encoded.data(), tokens, params + layout_[0].offset,
+                 params + layout_[1].offset, B, T, C);
+  const float* residual = a.encoded.data();
+  for (int l = 0; l < L; ++l) {
+    LayerActivations& la = a.layers[l];
+    auto p = [&](int index) { return params + LayerOffset(l, index); };
+    LayerNormForward(la.ln1.data(), la.ln1_mean.data(), la.ln1_rstd.data(),
+                     residual, p(kLn1W), p(kLn1B), N, C);
+    RETURN_IF_ERROR(matmul_->LinearForward(la.qkv.data(), la.ln1.data(),
+                                           p(kQkvW), p(kQkvB), N, C, 3 * C));
+    AttentionForward(la.atty.data(), la.preatt.data(), la.att.data(),
+                     la.qkv.data(), B, T, C, NH);
+    RETURN_IF_ERROR(matmul_->LinearForward(la.attproj.data(), la.atty.data(),
+                                           p(kAttnProjW), p(kAttnProjB), N, C,
+                                           C));
+    ResidualForward(la.residual2.data(), residual, la.attproj.data(), N * C);
+    LayerNormForward(la.ln2.data(), la.ln2_mean.data(), la.ln2_rstd.data(),
+                     la.residual2.data(), p(kLn2W), p(kLn2B), N, C);
+    RETURN_IF_ERROR(matmul_->LinearForward(la.fch.data(), la.ln2.data(),
+                                           p(kFcW), p(kFcB), N, C, H));
+    GeluForward(la.fch_gelu.data(), la.fch.data(), N * H);
+    RETURN_IF_ERROR(matmul_->LinearForward(la.fcproj.data(), la.fch_gelu.data(),
+                                           p(kFcProjW), p(kFcProjB), N, H, C));
+    ResidualForward(la.residual3.data(), la.residual2.data(), la.fcproj.data(),
+                    N * C);
+    residual = la.residual3.data();
+  }
+  const size_t lnf_index = layout_.size() - 2;
+  LayerNormForward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), residual,
+                   params + layout_[lnf_index].offset,
+                   params + layout_[lnf_index + 1].offset, N, C);
+  // Tied head: logits[N,V] = lnf[N,C] @ wte^T, wte stored [V,C] = [n,k].
+  compute::GemmDesc head;
+  head.m = N;
+  head.n = V;
+  head.k = C;
+  head.transpose_b = true;
+  RETURN_IF_ERROR(matmul_->Run(head, a.lnf.data(), params + layout_[0].offset,
+                               a.logits.data()));
+  if (targets == nullptr) return 0.0f;
+
+  a.targets.assign(targets, targets + N);
+  CrossEntropyForward(a.losses.data(), a.probs.data(), a.logits.data(), targets,
+                      N, V);
+  double sum = 0.0;
+  for (int64_t i = 0; i < N; ++i) sum += a.losses[i];
+  have_loss_ = true;
+  return static_cast<float>(sum / static_cast<double>(N));
+}
+
+Status GptModel::Backward(const float* params, float* grads) {
+  if (!have_loss_) {
+    return FailedPrecondition(
+        "GptModel::Backward needs a successful Forward with targets first");
+  }
+  Activations& a = *acts_;
+  const int B = B_, T = T_, V = config_.vocab_size, C = config_.emb_dim,
+            NH = config_.num_heads, H = config_.mlp_dim, L = config_.num_layers;
+  const int64_t N = int64_t{B} * T;
+
+  std::fill(a.dlosses.begin(), a.dlosses.end(), 1.0f / static_cast<float>(N));
+  Zero(a.dlogits);
+  CrossEntropySoftmaxBackward(a.dlogits.data(), a.dlosses.data(),
+                              a.probs.data(), a.targets.data(), N, V);
+  // logits = lnf @ wte^T: dlnf = dlogits @ wte, dwte += dlogits^T @ lnf.
+  const float* wte = params + layout_[0].offset;
+  float* dwte = grads + layout_[0].offset;
+  Zero(a.dlnf);
+  compute::GemmDesc dx;
+  dx.m = N;
+  dx.n = C;
+  dx.k = V;
+  dx.beta = 1.0f;
+  RETURN_IF_ERROR(matmul_->Run(dx, a.dlogits.data(), wte, a.dlnf.data()));
+  compute::GemmDesc dw;
+  dw.m = V;
+  dw.n = C;
+  dw.k = N;
+  dw.transpose_a = true;  // dlogits is [N,V] = [k,m]
+  dw.beta = 1.0f;
+  RETURN_IF_ERROR(matmul_->Run(dw, a.dlogits.data(), a.lnf.data(), dwte));
+
+  const size_t lnf_index = layout_.size() - 2;
+  const float* last_residual =
+      L > 0 ? a.layers[L - 1].residual3.data() : a.encoded.data();
+  Zero(a.dresidual);
+  LayerNormBackward(a.dresidual.data(), grads + layout_[lnf_index].offset,
+                    grads + layout_[lnf_index + 1].offset, a.dlnf.data(),
+                    last_residual, params + layout_[lnf_index].offset,
+                    a.lnf_mean.data(), a.lnf_rstd.data(), N, C);
+
+  // a.dresidual holds d(loss)/d(output of block l) on entry to iteration l
+  // and d(loss)/d(input of block l) on exit.
+  LayerActivations& d = a.dlayer;
+  for (int l = L - 1; l >= 0; --l) {
+    const LayerActivations& la = a.layers[l];
+    const float* block_input =
+        l > 0 ? a.layers[l - 1].residual3.data() : a.encoded.data();
+    auto p = [&](int index) { return params + LayerOffset(l, index); };
+    auto g = [&](int index) { return grads + LayerOffset(l, index); };
+    Zero(d.fch_gelu);
+    Zero(d.fch);
+    Zero(d.ln2);
+    Zero(d.residual2);
+    Zero(d.atty);
+    Zero(d.qkv);
+    Zero(d.preatt);
+    Zero(d.att);
+    Zero(d.ln1);
+    // residual3 = residual2 + fcproj: both get dresidual.
+    const float* dout = a.dresidual.data();
+    RETURN_IF_ERROR(matmul_->LinearBackward(
+        d.fch_gelu.data(), g(kFcProjW), g(kFcProjB), dout, la.fch_gelu.data(),
+        p(kFcProjW), N, H, C));
+    GeluBackward(d.fch.data(), la.fch.data(), d.fch_gelu.data(), N * H);
+    RETURN_IF_ERROR(matmul_->LinearBackward(d.ln2.data(), g(kFcW), g(kFcB),
+                                            d.fch.data(), la.ln2.data(),
+                                            p(kFcW), N, C, H));
+    // d.residual2 = dresidual (skip path) + LayerNorm's input gradient.
+    std::copy(a.dresidual.begin(), a.dresidual.end(), d.residual2.begin());
+    LayerNormBackward(d.residual2.data(), g(kLn2W), g(kLn2B), d.ln2.data(),
+                      la.residual2.data(), p(kLn2W), la.ln2_mean.data(),
+                      la.ln2_rstd.data(), N, C);
+    // residual2 = block_input + attproj.
+    RETURN_IF_ERROR(matmul_->LinearBackward(
+        d.atty.data(), g(kAttnProjW), g(kAttnProjB), d.residual2.data(),
+        la.atty.data(), p(kAttnProjW), N, C, C));
+    AttentionBackward(d.qkv.data(), d.preatt.data(), d.att.data(),
+                      d.atty.data(), la.qkv.data(), la.att.data(), B, T, C, NH);
+    RETURN_IF_ERROR(matmul_->LinearBackward(d.ln1.data(), g(kQkvW), g(kQkvB),
+                                            d.qkv.data(), la.ln1.data(),
+                                            p(kQkvW), N, C, 3 * C));
+    std::copy(d.residual2.begin(), d.residual2.end(), a.dresidual.begin());
+    LayerNormBackward(a.dresidual.data(), g(kLn1W), g(kLn1B), d.ln1.data(),
+                      block_input, p(kLn1W), la.ln1_mean.data(),
+                      la.ln1_rstd.data(), N, C);
+  }
+  EncoderBackward(dwte, grads + layout_[1].offset, a.dresidual.data(),
+                  a.tokens.data(), B, T, C);
+  return OkStatus();
+}
+
+}  // namespace multislice::model::gpt

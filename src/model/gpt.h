@@ -1,0 +1,120 @@
+// The GPT-2 model of `multislice train` on one device, in f32.
+//
+// Owns the parameter layout (every tensor at a fixed offset in one flat f32
+// buffer), GPT-2 style initialisation, and GptModel: the forward pass to a
+// mean cross-entropy loss and its backward into a flat gradient buffer. The
+// layer kernels are gpt_ops.h; the matrix multiplications go through
+// compute::Gemm (oneDNN), on the calling thread only.
+//
+// The network: x = wte[token] + wpe[t]; per layer (pre-LayerNorm)
+// x += attn_proj(attention(qkv(ln1(x)))); x += fc_proj(gelu(fc(ln2(x))));
+// then a final LayerNorm and logits = lnf(x) @ wte^T (the head is tied to the
+// token embedding).
+#ifndef MULTISLICE_MODEL_GPT_H_
+#define MULTISLICE_MODEL_GPT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/status.h"
+
+namespace multislice::model::gpt {
+
+struct GptConfig {
+  int vocab_size = 256;   // V
+  int max_seq_len = 128;  // rows of wpe; the largest T
+  int emb_dim = 256;      // C, divisible by num_heads
+  int num_heads = 4;      // NH
+  int num_layers = 4;     // L
+  int mlp_dim = 1024;     // hidden width of the MLP
+};
+
+// kInvalidArgument naming the field when a size is not positive or emb_dim is
+// not divisible by num_heads.
+Status ValidateConfig(const GptConfig& config);
+
+// One tensor of the flat parameter buffer: elements [offset, offset + size),
+// row-major with `shape`. Names are "wte", "wpe", "h<l>.ln1.w", "h<l>.ln1.b",
+// "h<l>.qkv.w", "h<l>.qkv.b", "h<l>.attn_proj.w", "h<l>.attn_proj.b",
+// "h<l>.ln2.w", "h<l>.ln2.b", "h<l>.fc.w", "h<l>.fc.b", "h<l>.fc_proj.w",
+// "h<l>.fc_proj.b", "lnf.w", "lnf.b". Linear weights are [in, out].
+struct ParamTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;
+  int64_t size = 0;
+};
+
+// Every tensor in this fixed order, contiguous from offset 0:
+// wte [V,C], wpe [T,C], per layer ln1.w/b [C], qkv.w [C,3C], qkv.b [3C],
+// attn_proj.w [C,C], attn_proj.b [C], ln2.w/b [C], fc.w [C,mlp], fc.b [mlp],
+// fc_proj.w [mlp,C], fc_proj.b [C]; then lnf.w/b [C].
+std::vector<ParamTensor> ParameterLayout(const GptConfig& config);
+int64_t NumParameters(const GptConfig& config);
+
+// Writes all NumParameters(config) values: weights (2-D tensors) normal with
+// std 0.02, the residual projections (attn_proj.w, fc_proj.w) scaled by
+// 1/sqrt(2 * num_layers); biases 0; LayerNorm weights 1. Tensor i of the
+// layout draws from counter-based stream i of `seed` (compute/random.h), so
+// the result depends only on (config, seed).
+void InitParameters(const GptConfig& config, uint64_t seed, float* params);
+
+// 1 for the tensors AdamW should decay (the 2-D weights and embeddings), 0
+// for biases and LayerNorm parameters; NumParameters(config) entries.
+std::vector<uint8_t> WeightDecayMask(const GptConfig& config);
+
+// The model for one device: runs the forward pass and keeps its activations
+// for the backward.
+//
+// Not thread-safe: one model per device thread. Buffers are sized by the
+// (B, T) of the last Forward and reused while they stay the same.
+class GptModel {
+ public:
+  // matmul_type kBF16 rounds both operands of every matmul to bf16 (the
+  // products still accumulate in f32 and every other op stays f32); kF32 is
+  // exact f32 throughout.
+  explicit GptModel(const GptConfig& config, DType matmul_type = DType::kF32);
+  ~GptModel();
+  GptModel(const GptModel&) = delete;
+  GptModel& operator=(const GptModel&) = delete;
+
+  // Runs the forward pass on tokens [B,T] (ids in [0, V)), 1 <= T <=
+  // max_seq_len. With targets [B,T] it returns the mean cross-entropy loss
+  // over the B*T positions; with null targets it computes only the logits and
+  // returns 0. kInvalidArgument for a bad config, shape or token id;
+  // kInternal if a matmul fails. params must stay unchanged until Backward.
+  Result<float> Forward(const float* params, const int32_t* tokens,
+                        const int32_t* targets, int B, int T);
+
+  // Accumulates (+=) the gradient of the last Forward's mean loss with
+  // respect to params into grads (NumParameters entries; the caller zeroes
+  // them once per step). kFailedPrecondition unless the last Forward had
+  // targets and succeeded; kInternal if a matmul fails.
+  Status Backward(const float* params, float* grads);
+
+  // [B,T,V] logits of the last Forward.
+  const float* logits() const;
+
+  const GptConfig& config() const { return config_; }
+
+ private:
+  struct Activations;
+  class Matmul;
+  // Offset in the flat buffer of tensor `index` (0..11, layout order) of
+  // block `layer`.
+  int64_t LayerOffset(int layer, int index) const;
+
+  GptConfig config_;
+  std::vector<ParamTensor> layout_;
+  std::unique_ptr<Activations> acts_;
+  std::unique_ptr<Matmul> matmul_;
+  int B_ = 0, T_ = 0;
+  bool have_loss_ = false;
+};
+
+}  // namespace multislice::model::gpt
+
+#endif  // MULTISLICE_MODEL_GPT_H_
