@@ -1,0 +1,98 @@
+// Reporting for `multislice train`: the metrics log, the console progress
+// bar and the loss plot.
+//
+// metrics.jsonl format (version 1): one JSON object per line, each line
+// ending in '\n'. Every record is written with one write(2) call on a file
+// opened with O_APPEND, so a killed process leaves whole lines plus at most
+// one partial line at the end. MetricsWriter::Open cuts such a partial line
+// off before appending; ReadAll skips it. Writers add the field
+// "format_version" only if the caller puts it in a record; readers need
+// nothing but one object per line.
+//
+// Not thread-safe: one MetricsWriter per file, used from one thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "nlohmann/json.hpp"
+
+namespace multislice::train {
+
+inline constexpr char kMetricsFileName[] = "metrics.jsonl";
+
+// Appends records to <run_dir>/metrics.jsonl. Move-only; closes the file
+// when destroyed.
+class MetricsWriter {
+ public:
+  // Opens (creating if needed) <run_dir>/metrics.jsonl for appending. The
+  // run directory must exist. If the file ends in a partial line left by a
+  // killed run, truncates the file to just after its last '\n' (or to empty
+  // if it has none); repaired_bytes() then says how many bytes were cut.
+  static Result<MetricsWriter> Open(const std::string& run_dir);
+
+  MetricsWriter(MetricsWriter&& other) noexcept;
+  MetricsWriter& operator=(MetricsWriter&& other) noexcept;
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+  ~MetricsWriter();
+
+  // Appends `record` (must be a JSON object) as one line with a single
+  // write(2); the bytes are in the kernel when this returns ok, so they
+  // survive a kill of this process (not a machine crash: no fsync).
+  // Non-finite numbers are written as null, as nlohmann::json does.
+  Status Write(const nlohmann::json& record);
+
+  const std::string& path() const { return path_; }
+  // Bytes of a partial trailing line removed by Open.
+  int64_t repaired_bytes() const { return repaired_bytes_; }
+
+  // Reads every complete line of `path` as a JSON object. A final line
+  // without '\n' is from a killed writer: it is skipped and counted in
+  // `*skipped_partial_lines` (0 or 1) when that is not null. A complete line
+  // that is not a JSON object is an error naming its line number. Blank
+  // lines are ignored.
+  static Result<std::vector<nlohmann::json>> ReadAll(
+      const std::string& path, int64_t* skipped_partial_lines = nullptr);
+
+ private:
+  MetricsWriter(int fd, std::string path, int64_t repaired_bytes)
+      : fd_(fd), path_(std::move(path)), repaired_bytes_(repaired_bytes) {}
+
+  int fd_ = -1;
+  std::string path_;
+  int64_t repaired_bytes_ = 0;
+};
+
+// One console line showing training progress, for example
+//   "[#########-----------]  45/100  45%  ETA 1m03s"
+// `width` is the number of bar cells between the brackets (negative is taken
+// as 0). `step` is clamped to [0, total]. The ETA is the mean time per step
+// so far times the steps left; at step 0 it is "ETA --", and at step ==
+// total the last field is "done in <elapsed>". Step and percent are
+// right-aligned to the width of `total` and of "100" so the line keeps its
+// length. total <= 0 shows an empty bar, "0/0" and 0%.
+std::string ProgressBar(int64_t step, int64_t total, double elapsed_seconds,
+                        int width);
+
+// Formats seconds as "45s", "1m03s" or "2h05m07s" (rounded to the nearest
+// second; negative or non-finite values as "--").
+std::string FormatDuration(double seconds);
+
+// Writes a self-contained SVG line chart of loss against step to `path`:
+// axes with tick labels, the train series (blue) and validation series
+// (orange) as polylines, a legend and `title` (XML-escaped). No external
+// fonts, styles or scripts. Either series may be empty; points with a NaN
+// or infinite coordinate are skipped. Written to a temporary file in the
+// same directory, fsynced and renamed over `path`, so readers see either
+// the old plot or the new one.
+Status WriteLossPlotSvg(
+    const std::string& path,
+    const std::vector<std::pair<double, double>>& train,
+    const std::vector<std::pair<double, double>>& validation,
+    const std::string& title);
+
+}  // namespace multislice::train
