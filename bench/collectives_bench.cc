@@ -94,7 +94,6 @@ class DeviceRunner {
   DeviceRunner(runtime::Runtime& rt, int local,
                const CollectivesBenchOptions& options)
       : rt_(rt),
-        local_(local),
         device_(rt.local_devices()[local]),
         coll_(rt.collectives(local)),
         options_(options),
@@ -257,7 +256,6 @@ class DeviceRunner {
 
  private:
   runtime::Runtime& rt_;
-  const int local_;
   const int device_;
   DeviceCollectives& coll_;
   const CollectivesBenchOptions& options_;
@@ -540,10 +538,13 @@ Status ValidateCollectivesBenchOptions(const CollectivesBenchOptions& o) {
     return InvalidArgument("--stepfactor: expected at least 2, got " +
                            std::to_string(o.step_factor));
   }
-  if (o.iters < 1 || o.warmup_iters < 0) {
-    return InvalidArgument(
-        "--iters must be at least 1 and --warmup_iters at "
-        "least 0");
+  if (o.iters < 1) {
+    return InvalidArgument("--iters: expected at least 1, got " +
+                           std::to_string(o.iters));
+  }
+  if (o.warmup_iters < 0) {
+    return InvalidArgument("--warmup_iters: expected at least 0, got " +
+                           std::to_string(o.warmup_iters));
   }
   return OkStatus();
 }

@@ -79,6 +79,13 @@ int RunBench(const BenchFlags& flags, const std::vector<std::string>& argv) {
                  s.message().c_str());
     return 2;
   }
+  if (flags.dcn_timeout_seconds < 1) {
+    std::fprintf(stderr,
+                 "multislice bench collectives: --dcn_timeout_seconds: "
+                 "expected at least 1, got %d\n",
+                 flags.dcn_timeout_seconds);
+    return 2;
+  }
   if (flags.num_slices < 1) {
     std::fprintf(stderr,
                  "multislice bench collectives: --num_slices: expected at "

@@ -256,6 +256,12 @@ int Run(ShardingsFlags flags) {
     return Fail(InvalidArgument("--steps: expected at least 1, got " +
                                 std::to_string(flags.steps)));
   }
+  if (flags.dcn_timeout_seconds < 1) {
+    return Fail(
+        InvalidArgument("--dcn_timeout_seconds: expected at least 1, "
+                        "got " +
+                        std::to_string(flags.dcn_timeout_seconds)));
+  }
   if (Status s = mesh::CheckParallelismValues(flags.parallelism); !s.ok()) {
     return Fail(s);
   }

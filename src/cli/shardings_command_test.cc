@@ -91,6 +91,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{{"-n", "0"}, "--num_layers: expected at least 1, got 0"},
         BadCase{{"--dtype", "fp8"}, "--dtype: 'fp8' is not one of bf16, f32"},
         BadCase{{"--steps", "0"}, "--steps: expected at least 1, got 0"},
+        BadCase{{"--dcn_timeout_seconds", "0"},
+                "--dcn_timeout_seconds: expected at least 1, got 0"},
         BadCase{{"--accelerator_type", "v4-8"}, "can be planned for"},
         BadCase{{"--accelerator_type", "gpu-2"}, "unknown accelerator type"},
         BadCase{{"-d", "abc"},

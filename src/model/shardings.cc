@@ -105,7 +105,6 @@ Result<ShardingsShapes> ComputeShardingsShapes(
 struct ShardingsDevice::State {
   runtime::Runtime& rt;
   runtime::DeviceCollectives& coll;
-  const int local;
   const int device;
   const ShardingsConfig config;
   const ShardingsShapes sh;
@@ -134,7 +133,6 @@ struct ShardingsDevice::State {
         const ShardingsShapes& s)
       : rt(r),
         coll(r.collectives(l)),
-        local(l),
         device(r.local_devices()[l]),
         config(c),
         sh(s),
@@ -142,10 +140,6 @@ struct ShardingsDevice::State {
 
   runtime::Trace* trace() const { return rt.trace(); }
 
-  int GroupSize(const Axes& axes) {
-    auto g = coll.Group(axes);
-    return g.ok() ? (*g)->size : 1;
-  }
   bool Skipped(const Axes& axes) {
     if (!config.skip_dcn) return false;
     auto g = coll.Group(axes);
