@@ -11,6 +11,8 @@ void AddShardingsCommand(CLI::App& root, CommandTable& table);
 void AddPlanCommand(CLI::App& root, CommandTable& table);
 void AddPeakCommand(CLI::App& root, CommandTable& table);
 void AddDataCommand(CLI::App& root, CommandTable& table);
+void AddTrainCommand(CLI::App& root, CommandTable& table);
+void AddGenerateCommand(CLI::App& root, CommandTable& table);
 
 inline void AddAllCommands(CLI::App& root, CommandTable& table) {
   AddMeshCommand(root, table);
@@ -18,6 +20,8 @@ inline void AddAllCommands(CLI::App& root, CommandTable& table) {
   AddPlanCommand(root, table);
   AddPeakCommand(root, table);
   AddDataCommand(root, table);
+  AddTrainCommand(root, table);
+  AddGenerateCommand(root, table);
   AddBenchCommand(root, table);
 }
 

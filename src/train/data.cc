@@ -476,8 +476,9 @@ Status PrepareDataset(const std::vector<std::string>& inputs,
 nlohmann::json IteratorStateToJson(const IteratorState& state) {
   return {{"format_version", state.format_version},
           {"step", state.step},
-          {"host_index", state.host_index},
-          {"host_count", state.host_count},
+          {"global_rows", state.global_rows},
+          {"row_begin", state.row_begin},
+          {"rows", state.rows},
           {"seed", state.seed}};
 }
 
@@ -498,8 +499,9 @@ Result<IteratorState> IteratorStateFromJson(const nlohmann::json& json) {
   };
   RETURN_IF_ERROR(get_int("format_version", &state.format_version));
   RETURN_IF_ERROR(get_int("step", &state.step));
-  RETURN_IF_ERROR(get_int("host_index", &state.host_index));
-  RETURN_IF_ERROR(get_int("host_count", &state.host_count));
+  RETURN_IF_ERROR(get_int("global_rows", &state.global_rows));
+  RETURN_IF_ERROR(get_int("row_begin", &state.row_begin));
+  RETURN_IF_ERROR(get_int("rows", &state.rows));
   RETURN_IF_ERROR(get_int("seed", &state.seed));
   return state;
 }
@@ -508,21 +510,18 @@ Result<IteratorState> IteratorStateFromJson(const nlohmann::json& json) {
 // DataIterator
 
 Result<DataIterator> DataIterator::Create(const DataIteratorOptions& options) {
-  if (options.host_count < 1) {
-    return InvalidArgument("data iterator: host_count " +
-                           std::to_string(options.host_count) +
-                           " is not at least 1");
-  }
-  if (options.host_index < 0 || options.host_index >= options.host_count) {
+  if (options.global_rows < 1 || options.rows < 1 || options.row_begin < 0 ||
+      options.row_begin + options.rows > options.global_rows) {
     return InvalidArgument(
-        "data iterator: host_index " + std::to_string(options.host_index) +
-        " is not in [0, " + std::to_string(options.host_count) + ")");
+        "data iterator: rows [" + std::to_string(options.row_begin) + ", " +
+        std::to_string(options.row_begin + options.rows) +
+        ") are not a non-empty part of the " +
+        std::to_string(options.global_rows) + " rows of the global batch");
   }
-  if (options.rows < 1 || options.seq_len < 1) {
-    return InvalidArgument("data iterator: rows " +
-                           std::to_string(options.rows) + " and seq_len " +
+  if (options.seq_len < 1) {
+    return InvalidArgument("data iterator: seq_len " +
                            std::to_string(options.seq_len) +
-                           " must both be at least 1");
+                           " is not at least 1");
   }
   ReadFd fd(options.token_file);
   if (fd.get() < 0) {
@@ -531,19 +530,23 @@ Result<DataIterator> DataIterator::Create(const DataIteratorOptions& options) {
   ASSIGN_OR_RETURN(TokenFileHeader header,
                    ReadHeaderFromFd(fd.get(), options.token_file));
   const auto total = static_cast<int64_t>(header.token_count);
-  // Multiply before dividing so the shards tile the file exactly; fine for
-  // any token count below 2^63 / host_count.
-  const int64_t begin = total * options.host_index / options.host_count;
-  const int64_t end = total * (options.host_index + 1) / options.host_count;
-  if (end - begin < static_cast<int64_t>(options.seq_len) + 1) {
-    return InvalidArgument(
-        options.token_file + ": host " + std::to_string(options.host_index) +
-        " of " + std::to_string(options.host_count) + " gets a shard of " +
-        std::to_string(end - begin) + " tokens, fewer than seq_len + 1 = " +
-        std::to_string(options.seq_len + 1));
+  const int64_t G = options.global_rows;
+  // The smallest row shard is floor(N/G) tokens.
+  if (total / G < static_cast<int64_t>(options.seq_len) + 1) {
+    return InvalidArgument(options.token_file + ": " + std::to_string(total) +
+                           " tokens split over " + std::to_string(G) +
+                           " rows of the global batch give row shards of " +
+                           std::to_string(total / G) +
+                           " tokens, fewer than seq_len + 1 = " +
+                           std::to_string(options.seq_len + 1));
   }
+  // Multiply before dividing so the shards tile the file exactly; fine for
+  // any token count below 2^63 / global_rows.
+  const int64_t begin = total * options.row_begin / G;
+  const int64_t end = total * (options.row_begin + options.rows) / G;
   DataIterator iterator;
   iterator.options_ = options;
+  iterator.total_tokens_ = total;
   iterator.shard_begin_ = begin;
   iterator.shard_.resize(static_cast<size_t>(end - begin));
   if (!PreadAll(fd.get(), iterator.shard_.data(), iterator.shard_.size(),
@@ -564,23 +567,25 @@ Batch DataIterator::At(int64_t step) const {
   batch.inputs.resize(cells);
   batch.targets.resize(cells);
   batch.starts.resize(static_cast<size_t>(options_.rows));
-  const uint64_t valid_starts =
-      shard_.size() - static_cast<uint64_t>(options_.seq_len);
-  // Counter-based: each of (seed, step, host, row) goes through a round of
+  // Counter-based: each of (seed, step, row) goes through a round of
   // splitmix64, so neighbouring counters give unrelated starts.
   const uint64_t step_key =
       SplitMix64(SplitMix64(options_.seed) ^ static_cast<uint64_t>(step));
-  const uint64_t host_key =
-      SplitMix64(step_key ^ static_cast<uint64_t>(options_.host_index));
+  const int64_t G = options_.global_rows;
   for (int row = 0; row < options_.rows; ++row) {
-    const uint64_t h = SplitMix64(host_key ^ static_cast<uint64_t>(row));
+    const int64_t g = options_.row_begin + row;
+    const int64_t row_begin = total_tokens_ * g / G;
+    const int64_t row_end = total_tokens_ * (g + 1) / G;
+    const auto valid_starts =
+        static_cast<uint64_t>(row_end - row_begin - options_.seq_len);
+    const uint64_t h = SplitMix64(step_key ^ static_cast<uint64_t>(g));
     // Maps h onto [0, valid_starts) by a 128-bit multiply (bias below
     // valid_starts / 2^64).
-    const auto offset = static_cast<uint64_t>(
+    const auto offset = static_cast<int64_t>(
         (static_cast<unsigned __int128>(h) * valid_starts) >> 64);
-    batch.starts[static_cast<size_t>(row)] =
-        shard_begin_ + static_cast<int64_t>(offset);
-    const uint8_t* window = shard_.data() + offset;
+    const int64_t start = row_begin + offset;
+    batch.starts[static_cast<size_t>(row)] = start;
+    const uint8_t* window = shard_.data() + (start - shard_begin_);
     int32_t* inputs =
         batch.inputs.data() + static_cast<size_t>(row) * options_.seq_len;
     int32_t* targets =
@@ -598,8 +603,9 @@ Result<Batch> DataIterator::Next() { return At(step_++); }
 IteratorState DataIterator::state() const {
   IteratorState state;
   state.step = step_;
-  state.host_index = options_.host_index;
-  state.host_count = options_.host_count;
+  state.global_rows = options_.global_rows;
+  state.row_begin = options_.row_begin;
+  state.rows = options_.rows;
   state.seed = options_.seed;
   return state;
 }
@@ -611,17 +617,11 @@ Status DataIterator::Restore(const IteratorState& state) {
                            " is not supported (this build reads " +
                            std::to_string(kIteratorStateFormatVersion) + ")");
   }
-  if (state.host_count != options_.host_count) {
-    return InvalidArgument("iterator state: host_count " +
-                           std::to_string(state.host_count) +
-                           " does not match this run's host_count " +
-                           std::to_string(options_.host_count));
-  }
-  if (state.host_index != options_.host_index) {
-    return InvalidArgument("iterator state: host_index " +
-                           std::to_string(state.host_index) +
-                           " does not match this host's index " +
-                           std::to_string(options_.host_index));
+  if (state.global_rows != options_.global_rows) {
+    return InvalidArgument("iterator state: global_rows " +
+                           std::to_string(state.global_rows) +
+                           " does not match this run's global batch of " +
+                           std::to_string(options_.global_rows) + " rows");
   }
   if (state.seed != options_.seed) {
     return InvalidArgument(

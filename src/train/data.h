@@ -14,10 +14,13 @@
 // Files are written atomically (temp file, fsync, rename, fsync of the
 // directory), so a reader sees either the old file or the whole new one.
 //
-// The iterator (see DataIterator) reads only its host's contiguous shard of
-// the payload, and the windows of step s are a pure function of (seed, s,
-// host, row): any step can be produced without replaying earlier ones, and
-// its state (IteratorState) is five numbers that go into every checkpoint.
+// The iterator (see DataIterator) splits the payload into one contiguous
+// shard per row of the global batch; a host reads only the shards of its own
+// rows, and the window of global row g at step s is a pure function of (seed,
+// s, g). Any step can be produced without replaying earlier ones, the batches
+// do not depend on how the rows are spread over hosts (a checkpoint restored
+// on another mesh sees the same data), and the state (IteratorState) is a few
+// numbers that go into every checkpoint.
 //
 // Thread-safety: free functions are safe to call concurrently on different
 // files; a DataIterator is not thread-safe (one per host's input thread).
@@ -42,7 +45,7 @@ inline constexpr uint32_t kByteVocabSize = 256;
 // Version of dataset.json written by PrepareDataset.
 inline constexpr int kDatasetFormatVersion = 1;
 // Version of the serialised IteratorState.
-inline constexpr int kIteratorStateFormatVersion = 1;
+inline constexpr int kIteratorStateFormatVersion = 2;
 
 // FNV-1a 64 over `size` bytes, continuing from `state` (start with the
 // default to hash from scratch).
@@ -120,8 +123,9 @@ Status PrepareDataset(const std::vector<std::string>& inputs,
 struct IteratorState {
   int format_version = kIteratorStateFormatVersion;
   int64_t step = 0;  // the step the next call to Next() produces
-  int host_index = 0;
-  int host_count = 1;
+  int global_rows = 1;
+  int row_begin = 0;  // this host's first global row
+  int rows = 1;       // this host's rows
   uint64_t seed = 0;
 };
 
@@ -131,9 +135,9 @@ Result<IteratorState> IteratorStateFromJson(const nlohmann::json& json);
 
 struct DataIteratorOptions {
   std::string token_file;
-  int host_index = 0;
-  int host_count = 1;
-  int rows = 1;      // batch rows on this host
+  int global_rows = 1;  // rows of the global batch (every host's together)
+  int row_begin = 0;    // this host's rows: [row_begin, row_begin + rows)
+  int rows = 1;
   int seq_len = 64;  // tokens per row; each window is seq_len + 1 tokens
   uint64_t seed = 0;
 };
@@ -152,16 +156,18 @@ struct Batch {
                                 // index into the whole token file
 };
 
-// Host h of H owns tokens [h*N/H, (h+1)*N/H) of an N-token file and reads
-// only that range (pread of its bytes). Row r of step s starts at
-//   shard_begin + (SplitMix64 mix of seed, s, h, r) mapped uniformly onto
-//   [0, shard_tokens - seq_len - 1]
-// so every window lies inside the shard.
+// Global row g of G owns tokens [g*N/G, (g+1)*N/G) of an N-token file; a
+// host reads only the range of its rows (one pread). Row g of step s starts
+// at
+//   g*N/G + (SplitMix64 mix of seed, s, g) mapped uniformly onto
+//   [0, row_shard_tokens - seq_len - 1]
+// so every window lies inside its row's shard, and every step's batch draws
+// from every part of the corpus.
 class DataIterator {
  public:
-  // InvalidArgument for bad options (host index outside [0, host_count),
-  // rows or seq_len below 1, a shard shorter than seq_len + 1 tokens) or a
-  // bad token file header; NotFound if the file is missing.
+  // InvalidArgument for bad options (rows outside [0, global_rows), seq_len
+  // below 1, a row shard shorter than seq_len + 1 tokens) or a bad token file
+  // header; NotFound if the file is missing.
   static Result<DataIterator> Create(const DataIteratorOptions& options);
 
   // The batch of state().step; then advances the step.
@@ -170,11 +176,13 @@ class DataIterator {
   Batch At(int64_t step) const;
 
   IteratorState state() const;
-  // Continues from `state`: InvalidArgument if its format version, host
-  // count, host index or seed differ from this iterator's, or its step is
-  // negative.
+  // Continues from `state`: InvalidArgument if its format version, global
+  // row count or seed differ from this iterator's, or its step is negative.
+  // Its row range may differ (a run restored on another mesh).
   Status Restore(const IteratorState& state);
 
+  // The token range this host read: [shard_begin, shard_begin +
+  // shard_tokens).
   int64_t shard_begin() const { return shard_begin_; }
   int64_t shard_tokens() const { return static_cast<int64_t>(shard_.size()); }
 
@@ -182,6 +190,7 @@ class DataIterator {
   DataIterator() = default;
 
   DataIteratorOptions options_;
+  int64_t total_tokens_ = 0;
   int64_t shard_begin_ = 0;
   std::vector<uint8_t> shard_;
   int64_t step_ = 0;

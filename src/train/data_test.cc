@@ -305,11 +305,12 @@ TEST(PrepareDataset, FortunesCorpus) {
 
 // ---------------------------------------------------------------------------
 
+// Host `host` of `hosts`, each with 4 rows of the global batch.
 DataIteratorOptions Options(const std::string& path, int host, int hosts) {
   DataIteratorOptions o;
   o.token_file = path;
-  o.host_index = host;
-  o.host_count = hosts;
+  o.global_rows = 4 * hosts;
+  o.row_begin = 4 * host;
   o.rows = 4;
   o.seq_len = 16;
   o.seed = 1234;
@@ -363,30 +364,52 @@ TEST(DataIterator, HostsReadOnlyTheirOwnShards) {
   const int64_t total = 10007;
   const std::string path = WritePatternFile(dir, total);
   const int hosts = 3;
+  const int64_t G = 4 * hosts;
   int64_t covered = 0;
   for (int host = 0; host < hosts; ++host) {
     auto it = DataIterator::Create(Options(path, host, hosts));
     ASSERT_TRUE(it.ok()) << it.status().message();
-    const int64_t begin = total * host / hosts;
-    const int64_t end = total * (host + 1) / hosts;
-    EXPECT_EQ(it->shard_begin(), begin);
-    EXPECT_EQ(it->shard_tokens(), end - begin);
+    EXPECT_EQ(it->shard_begin(), total * 4 * host / G);
+    EXPECT_EQ(it->shard_tokens(),
+              total * 4 * (host + 1) / G - total * 4 * host / G);
     covered += it->shard_tokens();
-    int64_t lowest = end, highest = begin;
-    for (int64_t step = 0; step < 200; ++step) {
-      Batch b = it->At(step);
-      for (int64_t start : b.starts) {
+    for (int r = 0; r < 4; ++r) {
+      const int64_t g = 4 * host + r;
+      const int64_t begin = total * g / G, end = total * (g + 1) / G;
+      int64_t lowest = end, highest = begin;
+      for (int64_t step = 0; step < 300; ++step) {
+        const int64_t start = it->At(step).starts[r];
         ASSERT_GE(start, begin);
         ASSERT_LE(start + 16, end - 1);  // the last target is inside
         lowest = std::min(lowest, start);
         highest = std::max(highest, start);
       }
+      // 300 draws spread over the whole row shard.
+      EXPECT_LT(lowest - begin, (end - begin) / 10);
+      EXPECT_GT(highest - begin, (end - begin) * 9 / 10 - 16);
     }
-    // 800 draws spread over the whole shard.
-    EXPECT_LT(lowest - begin, (end - begin) / 20);
-    EXPECT_GT(highest - begin, (end - begin) * 19 / 20 - 16);
   }
   EXPECT_EQ(covered, total);
+}
+
+TEST(DataIterator, BatchesDoNotDependOnHowRowsAreSpreadOverHosts) {
+  TempDir dir;
+  const std::string path = WritePatternFile(dir, 20011);
+  DataIteratorOptions whole = Options(path, 0, 1);
+  whole.global_rows = whole.rows = 8;
+  auto one = DataIterator::Create(whole);
+  ASSERT_TRUE(one.ok());
+  for (int64_t step : {0, 5, 99}) {
+    const Batch all = one->At(step);
+    std::vector<int32_t> joined;
+    for (int host = 0; host < 2; ++host) {
+      auto part = DataIterator::Create(Options(path, host, 2));
+      ASSERT_TRUE(part.ok());
+      const Batch b = part->At(step);
+      joined.insert(joined.end(), b.inputs.begin(), b.inputs.end());
+    }
+    EXPECT_EQ(joined, all.inputs) << "step " << step;
+  }
 }
 
 TEST(DataIterator, AtMatchesNextAndRestoreContinues) {
@@ -428,18 +451,26 @@ TEST(DataIterator, RestoreRejectsMismatches) {
   auto it = DataIterator::Create(Options(path, 0, 2));
   ASSERT_TRUE(it.ok());
   IteratorState s = it->state();
-  s.format_version = 2;
+  s.format_version = 1;
   Status r = it->Restore(s);
   EXPECT_EQ(r.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(r.message().find("format_version 2"), std::string::npos);
-  EXPECT_NE(r.message().find("reads 1"), std::string::npos);
+  EXPECT_NE(r.message().find("format_version 1"), std::string::npos);
+  EXPECT_NE(r.message().find("reads 2"), std::string::npos);
 
   s = it->state();
-  s.host_count = 4;
+  s.global_rows = 4;
   r = it->Restore(s);
   EXPECT_EQ(r.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(r.message().find("host_count 4"), std::string::npos);
-  EXPECT_NE(r.message().find("host_count 2"), std::string::npos);
+  EXPECT_NE(r.message().find("global_rows 4"), std::string::npos);
+  EXPECT_NE(r.message().find("batch of 8 rows"), std::string::npos);
+
+  // Another row range of the same global batch is a resharded run: allowed.
+  s = it->state();
+  s.row_begin = 0;
+  s.rows = 8;
+  s.step = 3;
+  EXPECT_TRUE(it->Restore(s).ok());
+  EXPECT_EQ(it->state().step, 3);
 
   s = it->state();
   s.seed = 1;
@@ -454,8 +485,8 @@ TEST(DataIterator, BadOptions) {
   const std::string path = WritePatternFile(dir, 100);
   EXPECT_EQ(DataIterator::Create(Options(path, 2, 2)).status().code(),
             StatusCode::kInvalidArgument);
-  // 100 tokens over 8 hosts is 12 per shard, fewer than 17.
-  auto small = DataIterator::Create(Options(path, 0, 8));
+  // 100 tokens over 2 hosts of 4 rows is 12 per row, fewer than 17.
+  auto small = DataIterator::Create(Options(path, 0, 2));
   EXPECT_EQ(small.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(small.status().message().find("fewer than seq_len + 1 = 17"),
             std::string::npos);

@@ -1,0 +1,282 @@
+// `multislice train CONFIG.yml key=value ...`: the GPT-2 trainer of
+// train/trainer.h, MaxText style. On a plain machine it launches the slices
+// as local worker processes; started by an agent (the worker variables set)
+// it is one worker of a multi-host job.
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "bench/peak.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "compute/matmul.h"
+#include "runtime/launcher.h"
+#include "runtime/runtime.h"
+#include "train/config.h"
+#include "train/data.h"
+#include "train/trainer.h"
+
+namespace multislice::cli {
+namespace {
+
+constexpr char kName[] = "multislice train";
+
+struct TrainFlags {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::string accelerator_type;
+  int num_slices = 0;  // 0: from the config's dcn_* values
+  int timeout_seconds = 60;
+  bool json = false;
+};
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "%s: %s\n", kName, s.message().c_str());
+  return ExitCodeFor(s);
+}
+
+mesh::ParallelismConfig Parallelism(const TrainConfig& c) {
+  mesh::ParallelismConfig p;
+  p.ici = {c.ici_data_parallelism, c.ici_fsdp_parallelism,
+           c.ici_tensor_parallelism};
+  p.dcn = {c.dcn_data_parallelism, c.dcn_fsdp_parallelism,
+           c.dcn_tensor_parallelism};
+  return p;
+}
+
+// The prepared dataset the config names, or the default fortunes dataset
+// (prepared on first use under base_output_directory/datasets/fortunes).
+Result<std::string> DatasetDirectory(const TrainConfig& c) {
+  if (!c.dataset_path.empty()) {
+    for (const char* file : {"/train.bin", "/val.bin"}) {
+      if (!std::filesystem::exists(c.dataset_path + file)) {
+        return InvalidArgument("dataset_path: '" + c.dataset_path +
+                               "' has no " + (file + 1) +
+                               "; prepare it with multislice data prepare "
+                               "--output " +
+                               c.dataset_path);
+      }
+    }
+    return c.dataset_path;
+  }
+  const std::string dir = c.base_output_directory + "/datasets/fortunes";
+  if (std::filesystem::exists(dir + "/train.bin") &&
+      std::filesystem::exists(dir + "/val.bin")) {
+    return dir;
+  }
+  if (!std::filesystem::exists(train::kDefaultCorpus)) {
+    return InvalidArgument(
+        std::string("dataset_path is empty and the default corpus ") +
+        train::kDefaultCorpus +
+        " is missing; install Debian's fortunes package (scripts/"
+        "install_deps.sh does) or set dataset_path");
+  }
+  // Every worker may get here at once: the files are written atomically
+  // with identical content, so the race is harmless.
+  RETURN_IF_ERROR(
+      train::PrepareDataset({train::kDefaultCorpus}, dir, 0.05, 0, nullptr));
+  return dir;
+}
+
+int RunWorker(const TrainConfig& config, const runtime::WorkerEnv& env,
+              const TrainFlags& flags) {
+  runtime::RuntimeOptions options;
+  options.env = env;
+  options.parallelism = Parallelism(config);
+  options.timeout = std::chrono::seconds(flags.timeout_seconds);
+  auto rt_or = runtime::Runtime::Create(options);
+  if (!rt_or.ok()) return Fail(rt_or.status());
+  runtime::Runtime& rt = **rt_or;
+  auto dataset = DatasetDirectory(config);
+  if (!dataset.ok()) return Fail(dataset.status());
+
+  train::TrainerOptions trainer;
+  trainer.config = config;
+  trainer.dataset_dir = *dataset;
+  trainer.show_progress = !flags.json && runtime::ShowProgress();
+  trainer.quiet = flags.json;
+  // MFU is against the measured matmul peak of one device while every device
+  // of this host measures at once (`multislice peak` reports the same).
+  const compute::GemmDesc square{
+      .m = 2048,
+      .n = 2048,
+      .k = 2048,
+      .ab_type = config.dtype == "f32" ? DType::kF32 : DType::kBF16,
+      .c_type = DType::kF32};
+  auto peak = bench::MeasureConcurrentMatmulPeak(
+      square, 3, static_cast<int>(rt.local_devices().size()));
+  if (!peak.ok()) return Fail(peak.status());
+  trainer.peak_flops_per_device = peak->median_gflops * 1e9;
+
+  train::TrainSummary summary;
+  Status s = train::RunTrainer(rt, trainer, &summary);
+  if (!s.ok()) return Fail(s);
+  if (rt.process_index() != 0) return 0;
+  if (flags.json) {
+    nlohmann::json out = {
+        {"run_directory", RunDirectory(config)},
+        {"restored_step", summary.restored_step},
+        {"first_step", summary.first_step},
+        {"last_step", summary.last_step},
+        {"final_loss", summary.final_loss},
+        {"final_val_loss", summary.final_val_loss},
+        {"mean_step_time_s", summary.mean_step_seconds},
+        {"tokens_per_s", summary.tokens_per_second},
+        {"mean_mfu", summary.mean_mfu},
+        {"peak_tflops_per_device", trainer.peak_flops_per_device / 1e12},
+        {"step_tflop_per_device", train::StepFlopsPerDevice(config) / 1e12},
+        {"seconds_to_first_step", summary.seconds_to_first_step},
+        {"losses", summary.losses},
+    };
+    std::printf("%s\n", out.dump().c_str());
+  } else if (summary.last_step >= summary.first_step) {
+    std::printf(
+        "multislice train: done, steps %lld-%lld, loss %.4f, val_loss %.4f, "
+        "%.3f s/step, %.0f tokens/s, MFU %.1f%% of %.3f TFLOP/s per device "
+        "(%s), first step %.2f s after start; %s\n",
+        static_cast<long long>(summary.first_step),
+        static_cast<long long>(summary.last_step), summary.final_loss,
+        summary.final_val_loss, summary.mean_step_seconds,
+        summary.tokens_per_second, 100 * summary.mean_mfu,
+        trainer.peak_flops_per_device / 1e12, compute::IsaName(),
+        summary.seconds_to_first_step, RunDirectory(config).c_str());
+  } else {
+    std::printf(
+        "multislice train: nothing to do, the checkpoint is at step "
+        "%lld of %d; %s\n",
+        static_cast<long long>(summary.restored_step), config.steps,
+        RunDirectory(config).c_str());
+  }
+  return 0;
+}
+
+std::string TimestampRunName() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "run-%Y%m%d-%H%M%S", &tm);
+  return buf;
+}
+
+int Run(const TrainFlags& flags) {
+  auto config_or = LoadTrainConfig(flags.config_path, flags.overrides);
+  if (!config_or.ok()) return Fail(config_or.status());
+  TrainConfig config = *config_or;
+  std::vector<std::string> argv = CommandLine();
+  if (config.run_name.empty()) {
+    // Chosen once here and handed to every worker.
+    config.run_name = TimestampRunName();
+    argv.push_back("run_name=" + config.run_name);
+  }
+  if (Status s = ValidateTrainConfig(config); !s.ok()) return Fail(s);
+  if (flags.timeout_seconds < 1) {
+    return Fail(InvalidArgument("--timeout_seconds: expected at least 1, got " +
+                                std::to_string(flags.timeout_seconds)));
+  }
+
+  auto env = runtime::ReadWorkerEnv(runtime::ProcessEnvironment());
+  if (!env.ok()) return Fail(env.status());
+  if (env->has_value()) {
+    // One worker of a job someone else launched (an agent, or by hand).
+    return RunWorker(config, **env, flags);
+  }
+
+  // The local default: check everything before starting any worker.
+  const mesh::ParallelismConfig parallelism = Parallelism(config);
+  if (Status s = mesh::CheckParallelismValues(parallelism); !s.ok()) {
+    return Fail(s);
+  }
+  int num_slices = flags.num_slices;
+  if (num_slices == 0) {
+    num_slices = 1;
+    for (int v : parallelism.dcn) {
+      if (v < 0) {
+        num_slices = 2;  // the local default: two slices
+        break;
+      }
+      num_slices *= v;
+    }
+  }
+  if (num_slices < 1) {
+    return Fail(InvalidArgument("--num_slices: expected at least 1, got " +
+                                std::to_string(num_slices)));
+  }
+  std::string accelerator_type = flags.accelerator_type;
+  if (accelerator_type.empty()) {
+    int ici_product = 1;
+    for (int v : parallelism.ici) ici_product *= v < 0 ? 1 : v;
+    accelerator_type = "cpu-" + std::to_string(ici_product);
+  }
+  auto type = mesh::ParseAcceleratorType(accelerator_type);
+  if (!type.ok()) return Fail(type.status());
+  if (!type->runnable) {
+    return Fail(InvalidArgument("--accelerator_type: '" + accelerator_type +
+                                "' can be planned for (multislice plan) but "
+                                "not run here; use cpu-N"));
+  }
+  auto resolved = mesh::ResolveParallelism(
+      parallelism, type->devices_per_slice(), num_slices);
+  if (!resolved.ok()) return Fail(resolved.status());
+  if ((*resolved).ici[2] != 1 || (*resolved).dcn[2] != 1) {
+    return Fail(InvalidArgument(
+        "ici_tensor_parallelism/dcn_tensor_parallelism: multislice train "
+        "shards with data and fsdp only; set both to 1"));
+  }
+  if (auto dataset = DatasetDirectory(config); !dataset.ok()) {
+    return Fail(dataset.status());
+  }
+
+  runtime::LocalJobOptions job;
+  job.num_slices = num_slices;
+  job.accelerator_type = accelerator_type;
+  job.argv = argv;
+  job.raw_stdout_of_first_worker = true;
+  return runtime::RunLocalJob(job, [&](const runtime::WorkerEnv& worker_env) {
+    return RunWorker(config, worker_env, flags);
+  });
+}
+
+}  // namespace
+
+void AddTrainCommand(CLI::App& root, CommandTable& table) {
+  CLI::App* cmd = root.add_subcommand(
+      "train",
+      "Train a GPT-2 style byte-level language model across slices, "
+      "MaxText style: a YAML config overridden by key=value arguments.\n"
+      "Writes base_output_directory/run_name/: config.json, metrics.jsonl, "
+      "loss.svg and checkpoints/. Running the same command again resumes "
+      "from the newest complete checkpoint, on any mesh.\n"
+      "On one machine the slices are local worker processes: their number "
+      "is the product of the dcn_* values (2 when one is -1, or "
+      "--num_slices).\n"
+      "Examples:\n"
+      "  multislice train configs/base.yml run_name=demo steps=100\n"
+      "  multislice train configs/quickstart.yml dcn_data_parallelism=2\n"
+      "  multislice train configs/base.yml run_name=demo dtype=f32 "
+      "ici_fsdp_parallelism=2 --accelerator_type cpu-2 --num_slices 1\n"
+      "  multislice generate runs/demo --prompt 'The meaning of life'\n\n"
+      "Config keys:\n" +
+          DescribeTrainConfigKeys());
+  auto flags = std::make_shared<TrainFlags>();
+  cmd->add_option("config", flags->config_path, "The YAML config file.")
+      ->required();
+  cmd->add_option("overrides", flags->overrides,
+                  "key=value overrides, applied in order.");
+  AddStringFlag(cmd, "accelerator_type", &flags->accelerator_type,
+                "Devices per slice, cpu-N (default: N = the product of the "
+                "ici_* values, -1 counting as 1).");
+  AddIntFlag(cmd, "num_slices", &flags->num_slices,
+             "Local slices to launch (0: the product of the dcn_* values, "
+             "or 2 when one of them is -1).");
+  AddIntFlag(cmd, "timeout_seconds", &flags->timeout_seconds,
+             "A peer that does not answer for this long ends the run.");
+  AddBoolFlag(cmd, "json", &flags->json,
+              "No per-step lines; print one JSON summary at the end.");
+  table[cmd] = [flags] { return Run(*flags); };
+}
+
+}  // namespace multislice::cli

@@ -1,0 +1,576 @@
+#include "train/trainer.h"
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "compute/matmul.h"
+#include "model/adamw.h"
+#include "model/gpt.h"
+#include "runtime/comm/types.h"
+#include "train/checkpoint.h"
+#include "train/data.h"
+#include "train/metrics.h"
+#include "train/train_state.h"
+
+namespace multislice::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using runtime::DType;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+model::gpt::GptConfig ModelConfig(const TrainConfig& c) {
+  model::gpt::GptConfig m;
+  m.vocab_size = c.vocab_size;
+  m.max_seq_len = c.max_target_length;
+  m.emb_dim = c.emb_dim;
+  m.num_heads = c.num_heads;
+  m.num_layers = c.num_decoder_layers;
+  m.mlp_dim = c.mlp_dim;
+  return m;
+}
+
+// "data=2 fsdp=2 tensor=1".
+std::string MeshText(const mesh::DeviceMesh& mesh) {
+  std::string text;
+  for (size_t a = 0; a < mesh.axis_names.size(); ++a) {
+    text += (a ? " " : "") + mesh.axis_names[a] + "=" +
+            std::to_string(mesh.shape[a]);
+  }
+  return text;
+}
+
+bool SameModel(const model::gpt::GptConfig& a, const model::gpt::GptConfig& b) {
+  return a.vocab_size == b.vocab_size && a.max_seq_len == b.max_seq_len &&
+         a.emb_dim == b.emb_dim && a.num_heads == b.num_heads &&
+         a.num_layers == b.num_layers && a.mlp_dim == b.mlp_dim;
+}
+
+// Test seams, read from the environment (never set in production):
+//   MULTISLICE_TEST_STEP_DELAY_MS=n       sleep n ms after every step, so a
+//                                         test can kill a run mid-training;
+//   MULTISLICE_TEST_PAUSE_CHECKPOINT=k    the k-th save of this process
+//                                         (1-based) stops forever after
+//                                         writing its files, before the
+//                                         commit, so a test can kill it there.
+int64_t EnvInt(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::strtoll(v, nullptr, 10) : 0;
+}
+
+// A barrier of every process of the job through the rendezvous store, for
+// the checkpoint writer thread (device collectives belong to device threads).
+// Every process calls it the same number of times (three per save), so the
+// n-th call of each meets the n-th call of the others.
+std::function<Status()> StoreBarrier(runtime::Runtime& rt) {
+  auto count = std::make_shared<std::atomic<int64_t>>(0);
+  const int host = rt.process_index(), hosts = rt.process_count();
+  const auto timeout = rt.timeout();
+  const int64_t pause_save = EnvInt("MULTISLICE_TEST_PAUSE_CHECKPOINT");
+  return [&rt, count, host, hosts, timeout, pause_save]() -> Status {
+    const int64_t call = (*count)++;
+    if (pause_save > 0 && call == 3 * (pause_save - 1) + 1) {
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    if (hosts == 1) return OkStatus();
+    const std::string name = "ckpt/barrier/" + std::to_string(call);
+    try {
+      rt.store().set(name + "/" + std::to_string(host), {'1'});
+      std::vector<std::string> keys;
+      for (int h = 0; h < hosts; ++h) {
+        keys.push_back(name + "/" + std::to_string(h));
+      }
+      rt.store().wait(keys, timeout);
+    } catch (const std::exception& e) {
+      return Unavailable(name + ": " + e.what());
+    }
+    return OkStatus();
+  };
+}
+
+// Printing and files of process 0 (device 0's thread only).
+class Reporter {
+ public:
+  Reporter(const TrainerOptions& options, double flops_per_step)
+      : options_(options), flops_per_step_(flops_per_step) {}
+
+  Status Open(const std::string& run_dir) {
+    ASSIGN_OR_RETURN(metrics_, MetricsWriter::Open(run_dir));
+    run_dir_ = run_dir;
+    return OkStatus();
+  }
+
+  void Step(int64_t step, int64_t first_step, double loss, double lr,
+            double norm, double seconds, double tokens_per_step,
+            std::optional<double> val_loss, TrainSummary* summary) {
+    const TrainConfig& c = options_.config;
+    const double tflops = flops_per_step_ / seconds / 1e12;
+    const double mfu =
+        options_.peak_flops_per_device > 0
+            ? flops_per_step_ / seconds / options_.peak_flops_per_device
+            : 0;
+    nlohmann::json record = {{"step", step},
+                             {"loss", loss},
+                             {"lr", lr},
+                             {"grad_norm", norm},
+                             {"step_time_s", seconds},
+                             {"tokens_per_s", tokens_per_step / seconds},
+                             {"tflops_per_device", tflops}};
+    if (mfu > 0) record["mfu"] = mfu;
+    if (val_loss) record["val_loss"] = *val_loss;
+    if (metrics_) {
+      if (Status s = metrics_->Write(record); !s.ok()) {
+        std::fprintf(stderr, "multislice train: %s\n", s.message().c_str());
+      }
+    }
+    train_points_.emplace_back(step, loss);
+    if (val_loss) val_points_.emplace_back(step, *val_loss);
+
+    summary->last_step = step;
+    summary->final_loss = loss;
+    summary->losses.push_back(loss);
+    if (val_loss) summary->final_val_loss = *val_loss;
+    if (step > first_step) {
+      later_seconds_ += seconds;
+      later_mfu_ += mfu;
+      ++later_steps_;
+      summary->mean_step_seconds = later_seconds_ / later_steps_;
+      summary->mean_mfu = later_mfu_ / later_steps_;
+      summary->tokens_per_second = tokens_per_step / summary->mean_step_seconds;
+    }
+    if (options_.quiet) return;
+    const bool log = step % c.log_period == 0 || step == c.steps || val_loss;
+    std::string line;
+    if (log) {
+      char buf[256];
+      std::snprintf(buf, sizeof buf,
+                    "step %lld/%d  loss %.4f  lr %.2e  norm %.3f  %.3f s  "
+                    "%.0f tokens/s  %.3f TFLOP/s",
+                    static_cast<long long>(step), c.steps, loss, lr, norm,
+                    seconds, tokens_per_step / seconds, tflops);
+      line = buf;
+      if (mfu > 0) {
+        std::snprintf(buf, sizeof buf, "  MFU %.1f%%", 100 * mfu);
+        line += buf;
+      }
+      if (val_loss) {
+        std::snprintf(buf, sizeof buf, "  val_loss %.4f", *val_loss);
+        line += buf;
+      }
+    }
+    if (options_.show_progress) {
+      if (!log) {
+        if (SecondsSince(last_bar_) < 0.2 && step != c.steps) return;
+      }
+      last_bar_ = Clock::now();
+      std::printf("\r\033[K%s%s%s", line.c_str(), log ? "\n" : "",
+                  ProgressBar(step, c.steps, SecondsSince(start_), 30).c_str());
+      if (step == c.steps) std::printf("\n");
+    } else if (log) {
+      std::printf("%s\n", line.c_str());
+    }
+    std::fflush(stdout);
+  }
+
+  void Plot() {
+    if (run_dir_.empty()) return;
+    Status s =
+        WriteLossPlotSvg(run_dir_ + "/loss.svg", train_points_, val_points_,
+                         "multislice train: " + options_.config.run_name);
+    if (!s.ok()) {
+      std::fprintf(stderr, "multislice train: %s\n", s.message().c_str());
+    }
+  }
+
+  // Earlier attempts' points, so the plot shows the whole run.
+  void LoadHistory(int64_t up_to_step) {
+    auto records = MetricsWriter::ReadAll(run_dir_ + "/metrics.jsonl");
+    if (!records.ok()) return;
+    std::map<int64_t, double> train, val;
+    for (const nlohmann::json& r : *records) {
+      const int64_t step = r.value("step", int64_t{-1});
+      if (step < 1 || step > up_to_step) continue;
+      if (r.contains("loss")) train[step] = r["loss"].get<double>();
+      if (r.contains("val_loss")) val[step] = r["val_loss"].get<double>();
+    }
+    for (auto [s, l] : train) train_points_.emplace_back(s, l);
+    for (auto [s, l] : val) val_points_.emplace_back(s, l);
+  }
+
+ private:
+  const TrainerOptions& options_;
+  const double flops_per_step_;
+  std::optional<MetricsWriter> metrics_;
+  std::string run_dir_;
+  std::vector<std::pair<double, double>> train_points_, val_points_;
+  Clock::time_point start_ = Clock::now();
+  Clock::time_point last_bar_{};
+  double later_seconds_ = 0, later_mfu_ = 0;
+  int64_t later_steps_ = 0;
+};
+
+// What the device threads of one process share.
+struct ProcessState {
+  explicit ProcessState(int local_count) : barrier(local_count) {
+    shards.resize(local_count);
+  }
+  std::barrier<> barrier;
+  std::vector<std::optional<StateShard>> shards;  // by local index
+  std::mutex mu;
+  Status checkpoint_status;
+};
+
+}  // namespace
+
+std::string CheckpointDirectory(const TrainConfig& config) {
+  return RunDirectory(config) + "/checkpoints";
+}
+
+double StepFlopsPerDevice(const TrainConfig& c) {
+  const double C = c.emb_dim, L = c.num_decoder_layers, T = c.max_target_length;
+  const double matmul_params =
+      L * (C * 3 * C + C * C + 2 * C * c.mlp_dim) + C * c.vocab_size;
+  const double tokens = static_cast<double>(c.per_device_batch_size) * T;
+  return tokens * (6 * matmul_params + 12 * L * T * C);
+}
+
+Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
+                  TrainSummary* summary) {
+  const Clock::time_point start = Clock::now();
+  const TrainConfig& config = options.config;
+  const model::gpt::GptConfig model_config = ModelConfig(config);
+  RETURN_IF_ERROR(model::gpt::ValidateConfig(model_config));
+  const int64_t N = model::gpt::NumParameters(model_config);
+  const int num_devices = static_cast<int>(rt.devices().size());
+  const int local_count = static_cast<int>(rt.local_devices().size());
+  const int global_rows = config.per_device_batch_size * num_devices;
+  const bool printer = rt.process_index() == 0;
+  const std::string run_dir = RunDirectory(config);
+  const DType matmul_type = config.dtype == "f32" ? DType::kF32 : DType::kBF16;
+
+  for (size_t a = 0; a < rt.mesh().axis_names.size(); ++a) {
+    if (rt.mesh().axis_names[a] == "tensor" && rt.mesh().shape[a] != 1) {
+      return InvalidArgument(
+          "tensor parallelism " + std::to_string(rt.mesh().shape[a]) +
+          ": multislice train shards with data and fsdp only; set "
+          "ici_tensor_parallelism and dcn_tensor_parallelism to 1");
+    }
+  }
+
+  // Checkpoints: restore the newest readable step, if any.
+  CheckpointOptions ckpt_options;
+  ckpt_options.directory = CheckpointDirectory(config);
+  ckpt_options.host = rt.process_index();
+  ckpt_options.host_count = rt.process_count();
+  ckpt_options.max_to_keep = config.max_num_checkpoints_to_keep;
+  ckpt_options.async = config.async_checkpointing;
+  ckpt_options.barrier = StoreBarrier(rt);
+  CheckpointManager checkpoints(ckpt_options);
+  std::optional<FullState> restored;
+  if (config.enable_checkpointing) {
+    std::vector<std::string> warnings;
+    Result<FullState> state = LoadLatestFullState(checkpoints, &warnings);
+    if (printer) {
+      for (const std::string& w : warnings) {
+        std::fprintf(stderr, "multislice train: warning: %s\n", w.c_str());
+      }
+    }
+    if (state.ok()) {
+      if (!SameModel(state->model, model_config)) {
+        return InvalidArgument(
+            "the checkpoint in " + ckpt_options.directory +
+            " holds another model size (emb_dim " +
+            std::to_string(state->model.emb_dim) + ", layers " +
+            std::to_string(state->model.num_layers) + ", max_seq_len " +
+            std::to_string(state->model.max_seq_len) +
+            ") than this config; use another run_name");
+      }
+      if (state->iterator.global_rows != global_rows) {
+        return InvalidArgument(
+            "the checkpoint was saved with a global batch of " +
+            std::to_string(state->iterator.global_rows) +
+            " rows and this mesh has " + std::to_string(global_rows) +
+            " (per_device_batch_size " +
+            std::to_string(config.per_device_batch_size) + " x " +
+            std::to_string(num_devices) +
+            " devices); choose per_device_batch_size so that they match");
+      }
+      restored = std::move(*state);
+    } else if (state.status().code() != StatusCode::kNotFound) {
+      return state.status();
+    }
+  }
+  const int64_t restored_step = restored ? restored->step : 0;
+  if (restored_step > config.steps) {
+    return InvalidArgument("the checkpoint is at step " +
+                           std::to_string(restored_step) +
+                           ", beyond steps=" + std::to_string(config.steps));
+  }
+
+  const double flops_per_step = StepFlopsPerDevice(config);
+  Reporter reporter(options, flops_per_step);
+  if (printer) {
+    std::error_code ec;
+    std::filesystem::create_directories(run_dir, ec);
+    if (ec) {
+      return Internal(run_dir +
+                      ": cannot create the run directory: " + ec.message());
+    }
+    {
+      const std::string tmp = run_dir + "/config.json.tmp";
+      std::ofstream out(tmp);
+      out << ToJson(config).dump(2) << "\n";
+      out.close();
+      if (!out) return Internal(tmp + ": cannot write");
+      std::filesystem::rename(tmp, run_dir + "/config.json", ec);
+      if (ec) return Internal(run_dir + "/config.json: " + ec.message());
+    }
+    RETURN_IF_ERROR(reporter.Open(run_dir));
+    reporter.LoadHistory(restored_step);
+    if (!options.quiet) {
+      std::printf(
+          "multislice train: %s, %lld parameters, mesh %s, %d device(s), "
+          "global batch %d x %d tokens, %s matmuls\n",
+          run_dir.c_str(), static_cast<long long>(N),
+          MeshText(rt.mesh()).c_str(), num_devices, global_rows,
+          config.max_target_length, config.dtype.c_str());
+      if (restored) {
+        std::printf(
+            "multislice train: resumed from checkpoint step %lld "
+            "(saved with mesh shape %s on %d slice(s))\n",
+            static_cast<long long>(restored_step),
+            restored->saved_mesh.contains("shape")
+                ? restored->saved_mesh["shape"].dump().c_str()
+                : "?",
+            restored->saved_mesh.value("num_slices", 0));
+      }
+      std::fflush(stdout);
+    }
+  }
+  summary->restored_step = restored ? restored_step : -1;
+  summary->first_step = restored_step + 1;
+  summary->last_step = restored_step;
+
+  const std::string train_file = options.dataset_dir + "/train.bin";
+  const std::string val_file = options.dataset_dir + "/val.bin";
+  const std::vector<uint8_t> decay_mask =
+      model::gpt::WeightDecayMask(model_config);
+  const int data_size = [&] {
+    int d = 1;
+    for (size_t a = 0; a < rt.mesh().axis_names.size(); ++a) {
+      if (rt.mesh().axis_names[a] == "data") d = rt.mesh().shape[a];
+    }
+    return d;
+  }();
+  ProcessState shared(local_count);
+  const double tokens_per_step =
+      static_cast<double>(global_rows) * config.max_target_length;
+
+  return rt.RunOnDevices([&](int local) -> Status {
+    compute::SetSingleThreaded();
+    runtime::DeviceCollectives& coll = rt.collectives(local);
+    const int device_id = rt.local_devices()[local];
+    ASSIGN_OR_RETURN(const runtime::AxisGroup* fsdp, coll.Group({"fsdp"}));
+    ASSIGN_OR_RETURN(const runtime::AxisGroup* data, coll.Group({"data"}));
+    const runtime::Axes kAll = {"data", "fsdp"};
+    const comm::Segment seg =
+        comm::PartitionSegment(static_cast<size_t>(N), fsdp->size, fsdp->rank);
+    const auto begin = static_cast<int64_t>(seg.offset);
+    const auto count = static_cast<int64_t>(seg.count);
+
+    std::vector<float> full(static_cast<size_t>(N));
+    std::vector<float> grads(static_cast<size_t>(N));
+    std::vector<float> shard(seg.count), adam_m(seg.count), adam_v(seg.count),
+        grad_shard(seg.count);
+    if (restored) {
+      std::copy_n(restored->params.begin() + begin, count, shard.begin());
+      std::copy_n(restored->adam_m.begin() + begin, count, adam_m.begin());
+      std::copy_n(restored->adam_v.begin() + begin, count, adam_v.begin());
+    } else {
+      model::gpt::InitParameters(
+          model_config, static_cast<uint64_t>(config.seed), full.data());
+      std::copy_n(full.begin() + begin, count, shard.begin());
+    }
+
+    DataIteratorOptions data_options;
+    data_options.token_file = train_file;
+    data_options.global_rows = global_rows;
+    data_options.row_begin = device_id * config.per_device_batch_size;
+    data_options.rows = config.per_device_batch_size;
+    data_options.seq_len = config.max_target_length;
+    data_options.seed = static_cast<uint64_t>(config.seed);
+    ASSIGN_OR_RETURN(DataIterator train_data,
+                     DataIterator::Create(data_options));
+    if (restored) RETURN_IF_ERROR(train_data.Restore(restored->iterator));
+    data_options.token_file = val_file;
+    data_options.seed = static_cast<uint64_t>(config.seed) + 1;
+    ASSIGN_OR_RETURN(DataIterator val_data, DataIterator::Create(data_options));
+
+    // Every device must agree on the step it resumes from.
+    {
+      float agreed[2] = {static_cast<float>(restored_step),
+                         -static_cast<float>(restored_step)};
+      RETURN_IF_ERROR(coll.AllReduce(kAll, agreed, agreed, 2, DType::kF32,
+                                     comm::ReduceOp::kMin, "resume-step")
+                          .Wait());
+      if (agreed[0] != -agreed[1]) {
+        return FailedPrecondition(
+            "hosts restored different checkpoint steps (" +
+            std::to_string(-agreed[1]) + " and " + std::to_string(agreed[0]) +
+            "); check that every host sees the same checkpoint directory " +
+            ckpt_options.directory);
+      }
+    }
+
+    model::gpt::GptModel gpt(model_config, matmul_type);
+    const int B = config.per_device_batch_size, T = config.max_target_length;
+    const bool reporter_thread = printer && local == 0;
+
+    auto gather_weights = [&]() -> Status {
+      return coll
+          .AllGather({"fsdp"}, shard.data(), full.data(),
+                     static_cast<size_t>(N), DType::kF32, "weights")
+          .Wait();
+    };
+    auto evaluate = [&]() -> Result<double> {
+      RETURN_IF_ERROR(gather_weights());
+      float sum = 0;
+      for (int k = 0; k < config.eval_batches; ++k) {
+        const Batch batch = val_data.At(k);
+        ASSIGN_OR_RETURN(float loss,
+                         gpt.Forward(full.data(), batch.inputs.data(),
+                                     batch.targets.data(), B, T));
+        sum += loss;
+      }
+      float mean = sum / static_cast<float>(config.eval_batches * num_devices);
+      RETURN_IF_ERROR(coll.AllReduce(kAll, &mean, &mean, 1, DType::kF32,
+                                     comm::ReduceOp::kSum, "val-loss")
+                          .Wait());
+      return static_cast<double>(mean);
+    };
+    auto save = [&](int64_t step) -> Status {
+      if (data->rank == 0) {
+        shared.shards[local] = StateShard{begin, shard.data(), adam_m.data(),
+                                          adam_v.data(), count};
+      }
+      shared.barrier.arrive_and_wait();
+      if (local == 0) {
+        std::vector<StateShard> mine;
+        for (auto& s : shared.shards) {
+          if (s) mine.push_back(*s);
+          s.reset();
+        }
+        IteratorState iterator = train_data.state();
+        iterator.row_begin = rt.local_devices()[0] * B;
+        iterator.rows = local_count * B;
+        Status s = checkpoints.Save(
+            step, ShardBlobs(mine),
+            StateMetadata(step, model_config, rt.mesh().axis_names,
+                          rt.mesh().shape, rt.env().num_slices, mine,
+                          iterator));
+        std::lock_guard<std::mutex> lock(shared.mu);
+        shared.checkpoint_status = s;
+      }
+      shared.barrier.arrive_and_wait();  // the copy is done: go on training
+      std::lock_guard<std::mutex> lock(shared.mu);
+      return shared.checkpoint_status;
+    };
+
+    model::AdamWOptions adam;
+    adam.beta1 = static_cast<float>(config.adam_b1);
+    adam.beta2 = static_cast<float>(config.adam_b2);
+    adam.eps = static_cast<float>(config.adam_eps);
+    adam.weight_decay = static_cast<float>(config.adam_weight_decay);
+    const float inv_devices = 1.0f / static_cast<float>(num_devices);
+    const int64_t step_delay_ms = EnvInt("MULTISLICE_TEST_STEP_DELAY_MS");
+
+    for (int64_t step = restored_step + 1; step <= config.steps; ++step) {
+      const Clock::time_point step_start = Clock::now();
+      const Batch batch = train_data.At(step - 1);
+      RETURN_IF_ERROR(gather_weights());
+      ASSIGN_OR_RETURN(float loss, gpt.Forward(full.data(), batch.inputs.data(),
+                                               batch.targets.data(), B, T));
+      std::fill(grads.begin(), grads.end(), 0.0f);
+      RETURN_IF_ERROR(gpt.Backward(full.data(), grads.data()));
+      runtime::CollectiveHandle scatter = coll.ReduceScatter(
+          {"fsdp"}, grads.data(), grad_shard.data(), static_cast<size_t>(N),
+          DType::kF32, comm::ReduceOp::kSum, "grads");
+      runtime::CollectiveHandle reduce = coll.AllReduce(
+          {"data"}, grad_shard.data(), grad_shard.data(), seg.count,
+          DType::kF32, comm::ReduceOp::kSum, "grads", scatter);
+      RETURN_IF_ERROR(scatter.Wait());
+      RETURN_IF_ERROR(reduce.Wait());
+      // The mean loss and the squared norm of the summed gradient, in one
+      // all-reduce (data replicas hold equal shards: each adds 1/data).
+      double sumsq = 0;
+      for (float g : grad_shard) sumsq += static_cast<double>(g) * g;
+      float stats[2] = {loss * inv_devices,
+                        static_cast<float>(sumsq / data_size)};
+      RETURN_IF_ERROR(coll.AllReduce(kAll, stats, stats, 2, DType::kF32,
+                                     comm::ReduceOp::kSum, "loss-and-norm")
+                          .Wait());
+      const double norm = std::sqrt(static_cast<double>(stats[1])) *
+                          static_cast<double>(inv_devices);
+      const float scale =
+          model::ClipScale(
+              norm, static_cast<float>(config.gradient_clipping_threshold)) *
+          inv_devices;
+      for (float& g : grad_shard) g *= scale;
+      const double lr = model::LearningRate(
+          step, config.steps, config.warmup_steps, config.learning_rate,
+          config.cosine_learning_rate_final_fraction);
+      adam.lr = static_cast<float>(lr);
+      model::AdamWUpdate(shard.data(), grad_shard.data(), adam_m.data(),
+                         adam_v.data(), count, adam, step,
+                         decay_mask.data() + begin);
+      const double seconds = SecondsSince(step_start);
+      RETURN_IF_ERROR(train_data.Restore([&] {
+        IteratorState s = train_data.state();
+        s.step = step;
+        return s;
+      }()));
+
+      std::optional<double> val_loss;
+      if (config.eval_interval > 0 &&
+          (step % config.eval_interval == 0 || step == config.steps)) {
+        ASSIGN_OR_RETURN(val_loss, evaluate());
+      }
+      if (reporter_thread) {
+        if (step == restored_step + 1) {
+          summary->seconds_to_first_step = SecondsSince(start);
+        }
+        reporter.Step(step, restored_step + 1, stats[0], lr, norm, seconds,
+                      tokens_per_step, val_loss, summary);
+        if (val_loss) reporter.Plot();
+      }
+      if (config.enable_checkpointing &&
+          (step % config.checkpoint_period == 0 || step == config.steps)) {
+        RETURN_IF_ERROR(save(step));
+      }
+      if (step_delay_ms > 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
+      }
+    }
+    if (local == 0) {
+      Status s = checkpoints.Wait();
+      if (!s.ok()) return s;
+    }
+    if (reporter_thread) reporter.Plot();
+    return OkStatus();
+  });
+}
+
+}  // namespace multislice::train

@@ -1,0 +1,73 @@
+// The training loop of `multislice train`: the GPT-2 model of model/gpt.h
+// trained on every device of the job's mesh, with FSDP and data parallelism.
+//
+// Sharding (ZeRO-3 style, on the flat parameter buffer): fsdp rank r of f
+// owns comm::PartitionSegment(N, f, r) of the f32 master weights and of the
+// AdamW moments; data replicas hold the same shards. Each device trains on
+// its own rows of the global batch (per_device_batch_size rows). One step:
+//   all-gather the weights over fsdp -> forward and backward with bf16 (or
+//   f32) matmuls on the device's rows -> reduce-scatter the gradient over
+//   fsdp, all-reduce the shard over data (chained) -> one all-reduce over
+//   every axis of the loss and the squared gradient norm -> clip, AdamW on
+//   the shard.
+// The collectives reduce in a fixed order, so a run is bitwise repeatable on
+// the same mesh (the `deterministic` key is accepted and recorded).
+//
+// Checkpoints (train_state.h, checkpoint.h) are saved every
+// checkpoint_period steps and at the end: the device threads copy their
+// shards out (the only part that blocks training), then a background writer
+// commits them atomically, with barriers between hosts through the job's
+// rendezvous store. A run whose checkpoint directory holds a complete step
+// restores the newest readable one (resharding onto this mesh) and
+// continues with the batch that step would have seen next.
+//
+// RunTrainer runs in every worker process of the job; process 0 (slice 0
+// worker 0) prints, writes the run directory's config.json, metrics.jsonl
+// and loss.svg.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+#include "runtime/runtime.h"
+#include "train/config.h"
+
+namespace multislice::train {
+
+struct TrainerOptions {
+  TrainConfig config;  // validated, run_name set
+  // The directory holding train.bin and val.bin.
+  std::string dataset_dir;
+  // One device's measured bf16 (or f32, with dtype f32) matmul peak, FLOP/s;
+  // MFU is reported against it (0: not reported).
+  double peak_flops_per_device = 0;
+  bool show_progress = false;  // a progress bar on stdout (a terminal)
+  bool quiet = false;          // no per-step lines (tests)
+};
+
+struct TrainSummary {
+  int64_t first_step = 0;  // the first step this run trained (1-based)
+  int64_t last_step = 0;
+  int64_t restored_step = -1;        // the checkpoint step restored, or -1
+  double seconds_to_first_step = 0;  // from RunTrainer's start
+  double final_loss = 0;
+  double final_val_loss = -1;    // -1 when never evaluated
+  double mean_step_seconds = 0;  // over the steps after the first
+  double mean_mfu = 0;
+  double tokens_per_second = 0;
+  std::vector<double> losses;  // of steps first_step..last_step
+};
+
+// FLOPs of one training step of one device (forward + backward), counted as
+// PaLM does: 6 per parameter of every matmul per token, plus 12 * layers *
+// T * emb_dim per token for attention.
+double StepFlopsPerDevice(const TrainConfig& config);
+
+Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
+                  TrainSummary* summary);
+
+// The checkpoint directory of a run: RunDirectory(config) + "/checkpoints".
+std::string CheckpointDirectory(const TrainConfig& config);
+
+}  // namespace multislice::train
