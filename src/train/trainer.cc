@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <barrier>
@@ -419,6 +421,8 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
     data_options.seed = static_cast<uint64_t>(config.seed) + 1;
     ASSIGN_OR_RETURN(DataIterator val_data, DataIterator::Create(data_options));
 
+    const bool reporter_thread_for_cleanup =
+        printer && local == 0 && config.enable_checkpointing;
     // Every device must agree on the step it resumes from.
     {
       float agreed[2] = {static_cast<float>(restored_step),
@@ -432,6 +436,30 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
             std::to_string(-agreed[1]) + " and " + std::to_string(agreed[0]) +
             "); check that every host sees the same checkpoint directory " +
             ckpt_options.directory);
+      }
+    }
+
+    // Complete steps newer than the one restored failed to load: move them
+    // aside, so that this run can save those steps again.
+    if (reporter_thread_for_cleanup) {
+      if (auto steps = checkpoints.CompleteSteps(); steps.ok()) {
+        for (int64_t step : *steps) {
+          if (step <= restored_step) continue;
+          const std::string from =
+              ckpt_options.directory + "/" + std::to_string(step);
+          const std::string to = ckpt_options.directory + "/corrupt-" +
+                                 std::to_string(step) + "-attempt" +
+                                 std::to_string(rt.env().attempt) + "-" +
+                                 std::to_string(::getpid());
+          std::error_code ec;
+          std::filesystem::rename(from, to, ec);
+          std::fprintf(stderr,
+                       "multislice train: warning: checkpoint step %lld "
+                       "could not be read; %s\n",
+                       static_cast<long long>(step),
+                       ec ? ("left in place: " + ec.message()).c_str()
+                          : ("moved to " + to).c_str());
+        }
       }
     }
 

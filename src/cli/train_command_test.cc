@@ -1,0 +1,449 @@
+// End-to-end tests of `multislice train`: the real binary, launched as a
+// user would, on several meshes, killed with SIGKILL mid-run and during an
+// asynchronous save, restored onto other meshes and from corrupt files.
+//
+// The reference for every mesh is the same run on one device; for a resumed
+// run it is the uninterrupted run. Models are tiny (f32, 2 layers of width
+// 64) so each run takes about a second.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/temp_dir.h"
+#include "runtime/launcher.h"
+#include "train/checkpoint.h"
+#include "train/train_state.h"
+
+namespace multislice {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::string Binary() {
+  return (fs::path(runtime::SelfExecutable()).parent_path() / "multislice")
+      .string();
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A child `multislice` process in its own process group, its stdout and
+// stderr in files.
+struct Child {
+  pid_t pid = -1;
+  std::string out, err;
+};
+
+Child Spawn(const std::vector<std::string>& args,
+            const std::vector<std::string>& env, const std::string& dir,
+            const std::string& name) {
+  Child c;
+  c.out = dir + "/" + name + ".out";
+  c.err = dir + "/" + name + ".err";
+  c.pid = ::fork();
+  if (c.pid == 0) {
+    ::setpgid(0, 0);
+    FILE* out = std::freopen(c.out.c_str(), "w", stdout);
+    FILE* err = std::freopen(c.err.c_str(), "w", stderr);
+    if (!out || !err) ::_exit(127);
+    for (const std::string& e : env) ::putenv(const_cast<char*>(e.c_str()));
+    std::vector<char*> argv;
+    std::string binary = Binary();
+    argv.push_back(binary.data());
+    for (const std::string& a : args)
+      argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(binary.c_str(), argv.data());
+    ::_exit(127);
+  }
+  return c;
+}
+
+// Waits up to `seconds`; on timeout kills the group and returns -1.
+int WaitExit(const Child& c, double seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    int status = 0;
+    const pid_t r = ::waitpid(c.pid, &status, WNOHANG);
+    if (r == c.pid) {
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    if (Clock::now() > deadline) {
+      ::kill(-c.pid, SIGKILL);
+      ::waitpid(c.pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+bool WaitForFile(const std::string& path, double seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < deadline) {
+    if (fs::exists(path)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+// The worker processes the launcher `c` started (its children).
+std::vector<pid_t> Workers(const Child& c) {
+  std::vector<pid_t> pids;
+  std::ifstream in("/proc/" + std::to_string(c.pid) + "/task/" +
+                   std::to_string(c.pid) + "/children");
+  pid_t p;
+  while (in >> p) pids.push_back(p);
+  return pids;
+}
+
+class TrainCommandTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = new TempDir("multislice-train-data-");
+    // A prepared copy of the default corpus, shared by every test.
+    Child prep = Spawn({"data", "prepare", "--output", data_->path() + "/ds"},
+                       {}, data_->path(), "prepare");
+    ASSERT_EQ(WaitExit(prep, 120), 0) << ReadFile(prep.err);
+    std::ofstream(data_->path() + "/tiny.yml")
+        << "# the tests' model: tiny, exact f32\n"
+           "emb_dim: 64\nnum_heads: 2\nnum_decoder_layers: 2\nmlp_dim: 128\n"
+           "max_target_length: 32\ndtype: f32\ndeterministic: true\n"
+           "warmup_steps: 2\nlearning_rate: 3.0e-3\neval_interval: 1000\n";
+  }
+  static void TearDownTestSuite() {
+    delete data_;
+    data_ = nullptr;
+  }
+
+  // Runs `multislice train tiny.yml ARGS --json` to completion; returns its
+  // JSON summary (fails the test on a non-zero exit).
+  nlohmann::json Train(const std::vector<std::string>& args,
+                       const std::string& name,
+                       const std::vector<std::string>& env = {}) {
+    Child c = Spawn(Args(args), env, dir_.path(), name);
+    const int code = WaitExit(c, 240);
+    EXPECT_EQ(code, 0) << name << ": " << ReadFile(c.err);
+    std::string out = ReadFile(c.out);
+    const size_t brace = out.rfind("\n{");
+    if (brace != std::string::npos) out = out.substr(brace + 1);
+    try {
+      return nlohmann::json::parse(out);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << name << ": no JSON summary: " << out << "\n"
+                    << ReadFile(c.err);
+      return {};
+    }
+  }
+
+  std::vector<std::string> Args(const std::vector<std::string>& args) const {
+    std::vector<std::string> all = {"train", data_->path() + "/tiny.yml",
+                                    "base_output_directory=" + dir_.path(),
+                                    "dataset_path=" + data_->path() + "/ds"};
+    all.insert(all.end(), args.begin(), args.end());
+    all.push_back("--json");
+    return all;
+  }
+
+  std::string RunDir(const std::string& run) const {
+    return dir_.path() + "/" + run;
+  }
+
+  static TempDir* data_;
+  TempDir dir_{"multislice-train-test-"};
+};
+
+TempDir* TrainCommandTest::data_ = nullptr;
+
+std::vector<double> Losses(const nlohmann::json& summary) {
+  return summary.value("losses", std::vector<double>{});
+}
+
+void ExpectClose(const std::vector<double>& a, const std::vector<double>& b,
+                 double rel, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(a[i], b[i], rel * std::abs(b[i])) << what << " step " << i;
+  }
+}
+
+double MaxRelativeDifference(const std::vector<float>& a,
+                             const std::vector<float>& b) {
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    scale = std::max(scale, static_cast<double>(std::abs(b[i])));
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]) / scale);
+  }
+  return worst;
+}
+
+train::FullState LoadState(const std::string& run_dir, int64_t step) {
+  CheckpointOptions options;
+  options.directory = run_dir + "/checkpoints";
+  CheckpointManager manager(options);
+  auto state = train::LoadFullState(manager, step);
+  EXPECT_TRUE(state.ok()) << state.status().message();
+  return state.ok() ? std::move(*state) : train::FullState{};
+}
+
+// One device and the meshes 1x2 fsdp, 2x1 data over DCN and 2x2 train the
+// same global batch of 8 rows: in f32, the losses of 3 steps and the first
+// step's gradient (AdamW's m after step 1 is 0.1 x the clipped gradient)
+// agree within 1e-5 relative, and the weights after 3 steps within 1e-4
+// (AdamW divides by sqrt(v), which magnifies rounding where gradients are
+// near 0).
+TEST_F(TrainCommandTest, EveryMeshMatchesOneDevice) {
+  const std::vector<std::string> common = {"steps=3", "checkpoint_period=1"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), common.begin(), common.end());
+    return extra;
+  };
+  nlohmann::json one = Train(
+      with({"run_name=one", "per_device_batch_size=8", "dcn_data_parallelism=1",
+            "--num_slices", "1", "--accelerator_type", "cpu-1"}),
+      "one");
+  ASSERT_EQ(Losses(one).size(), 3u);
+  const train::FullState reference = LoadState(RunDir("one"), 3);
+  const train::FullState reference_step1 = LoadState(RunDir("one"), 1);
+  struct Mesh {
+    std::string name;
+    std::vector<std::string> args;
+  };
+  const std::vector<Mesh> meshes = {
+      {"fsdp1x2",
+       {"per_device_batch_size=4", "ici_fsdp_parallelism=2",
+        "dcn_data_parallelism=1", "--num_slices", "1", "--accelerator_type",
+        "cpu-2"}},
+      {"dcn2x1",
+       {"per_device_batch_size=4", "dcn_data_parallelism=2", "--num_slices",
+        "2", "--accelerator_type", "cpu-1"}},
+      {"mesh2x2",
+       {"per_device_batch_size=2", "ici_fsdp_parallelism=2",
+        "dcn_data_parallelism=2", "--accelerator_type", "cpu-2"}},
+  };
+  for (const Mesh& mesh : meshes) {
+    std::vector<std::string> args = with(mesh.args);
+    args.push_back("run_name=" + mesh.name);
+    nlohmann::json result = Train(args, mesh.name);
+    ExpectClose(Losses(result), Losses(one), 1e-5, mesh.name);
+    const train::FullState step1 = LoadState(RunDir(mesh.name), 1);
+    ASSERT_EQ(step1.adam_m.size(), reference_step1.adam_m.size());
+    EXPECT_LT(MaxRelativeDifference(step1.adam_m, reference_step1.adam_m), 1e-5)
+        << mesh.name;
+    const train::FullState state = LoadState(RunDir(mesh.name), 3);
+    ASSERT_EQ(state.params.size(), reference.params.size());
+    EXPECT_LT(MaxRelativeDifference(state.params, reference.params), 1e-4)
+        << mesh.name;
+  }
+}
+
+// 2 slices, f32: an uninterrupted run, and the same run killed with SIGKILL
+// (one worker) after its step-10 checkpoint and started again. Every step the
+// second attempt trains has the loss of the uninterrupted run, bit for bit.
+TEST_F(TrainCommandTest, ResumeAfterKillIsBitwiseExact) {
+  const std::vector<std::string> args = {"steps=24", "checkpoint_period=5",
+                                         "per_device_batch_size=4"};
+  auto named = [&](const std::string& run) {
+    std::vector<std::string> a = args;
+    a.push_back("run_name=" + run);
+    return a;
+  };
+  const std::vector<double> uninterrupted = Losses(Train(named("a"), "a"));
+  ASSERT_EQ(uninterrupted.size(), 24u);
+
+  Child victim = Spawn(Args(named("b")), {"MULTISLICE_TEST_STEP_DELAY_MS=150"},
+                       dir_.path(), "b-first");
+  ASSERT_TRUE(WaitForFile(RunDir("b") + "/checkpoints/10/COMMITTED", 120))
+      << ReadFile(victim.err);
+  std::vector<pid_t> workers = Workers(victim);
+  ASSERT_EQ(workers.size(), 2u);
+  ::kill(workers[1], SIGKILL);
+  // The launcher reports the lost worker with its status (128 + SIGKILL).
+  EXPECT_EQ(WaitExit(victim, 60), 128 + SIGKILL);
+
+  nlohmann::json resumed = Train(named("b"), "b-second");
+  const int64_t restored = resumed.value("restored_step", int64_t{-1});
+  ASSERT_GE(restored, 10);
+  ASSERT_LT(restored, 24) << "the kill came after the end";
+  const std::vector<double> losses = Losses(resumed);
+  ASSERT_EQ(losses.size(), static_cast<size_t>(24 - restored));
+  for (size_t i = 0; i < losses.size(); ++i) {
+    EXPECT_EQ(losses[i], uninterrupted[restored + i])
+        << "step " << restored + i + 1;
+  }
+}
+
+// The second save (step 10) is stopped after writing its files and before
+// its commit; the job is killed there. The restart restores step 5, never
+// the half-written step 10, and still matches the uninterrupted run.
+TEST_F(TrainCommandTest, KillDuringAsyncSaveRestoresThePreviousStep) {
+  const std::vector<std::string> args = {"steps=16", "checkpoint_period=5",
+                                         "per_device_batch_size=4"};
+  auto named = [&](const std::string& run) {
+    std::vector<std::string> a = args;
+    a.push_back("run_name=" + run);
+    return a;
+  };
+  const std::vector<double> uninterrupted = Losses(Train(named("a"), "a"));
+  ASSERT_EQ(uninterrupted.size(), 16u);
+
+  Child victim = Spawn(Args(named("b")), {"MULTISLICE_TEST_PAUSE_CHECKPOINT=2"},
+                       dir_.path(), "b-first");
+  const std::string tmp = RunDir("b") + "/checkpoints/10.tmp";
+  ASSERT_TRUE(WaitForFile(tmp + "/host0.json", 120)) << ReadFile(victim.err);
+  ASSERT_TRUE(WaitForFile(tmp + "/host1.json", 60)) << ReadFile(victim.err);
+  // Training went on while the save was stuck: it only blocks at the next
+  // save (step 15), which waits for this one.
+  std::vector<pid_t> workers = Workers(victim);
+  ASSERT_EQ(workers.size(), 2u);
+  ::kill(workers[0], SIGKILL);
+  EXPECT_EQ(WaitExit(victim, 60), 128 + SIGKILL);
+  EXPECT_FALSE(fs::exists(RunDir("b") + "/checkpoints/10/COMMITTED"));
+
+  nlohmann::json resumed = Train(named("b"), "b-second");
+  EXPECT_EQ(resumed.value("restored_step", int64_t{-1}), 5);
+  const std::vector<double> losses = Losses(resumed);
+  ASSERT_EQ(losses.size(), 11u);
+  for (size_t i = 0; i < losses.size(); ++i) {
+    EXPECT_EQ(losses[i], uninterrupted[5 + i]) << "step " << 6 + i;
+  }
+}
+
+// A checkpoint saved on 2 slices x 2 devices (data 2, fsdp 2) restores on one
+// device and on one slice of 4 devices (fsdp 4); both continue with the
+// losses of the run that never moved.
+TEST_F(TrainCommandTest, CheckpointReshardsOntoOtherMeshes) {
+  const std::vector<std::string> mesh2x2 = {"per_device_batch_size=2",
+                                            "ici_fsdp_parallelism=2",
+                                            "dcn_data_parallelism=2",
+                                            "--accelerator_type",
+                                            "cpu-2",
+                                            "checkpoint_period=5"};
+  auto on_2x2 = [&](const std::string& run, int steps) {
+    std::vector<std::string> a = mesh2x2;
+    a.push_back("run_name=" + run);
+    a.push_back("steps=" + std::to_string(steps));
+    return a;
+  };
+  const std::vector<double> unmoved =
+      Losses(Train(on_2x2("unmoved", 10), "unmoved"));
+  ASSERT_EQ(unmoved.size(), 10u);
+  // The same run again, with only its step-5 checkpoint kept: the state a
+  // job that stopped there leaves (same schedule as the unmoved run).
+  Train(on_2x2("saved", 10), "saved");
+  fs::remove_all(RunDir("saved") + "/checkpoints/10");
+  fs::copy(RunDir("saved"), RunDir("to1x1"), fs::copy_options::recursive);
+  fs::copy(RunDir("saved"), RunDir("to1x4"), fs::copy_options::recursive);
+  const std::vector<double> expected(unmoved.begin() + 5, unmoved.end());
+
+  nlohmann::json one =
+      Train({"run_name=to1x1", "steps=10", "checkpoint_period=5",
+             "per_device_batch_size=8", "dcn_data_parallelism=1",
+             "--num_slices", "1", "--accelerator_type", "cpu-1"},
+            "to1x1");
+  EXPECT_EQ(one.value("restored_step", int64_t{-1}), 5);
+  ExpectClose(Losses(one), expected, 1e-5, "2x2 -> 1x1");
+
+  nlohmann::json four =
+      Train({"run_name=to1x4", "steps=10", "checkpoint_period=5",
+             "per_device_batch_size=2", "ici_fsdp_parallelism=4",
+             "dcn_data_parallelism=1", "--num_slices", "1",
+             "--accelerator_type", "cpu-4"},
+            "to1x4");
+  EXPECT_EQ(four.value("restored_step", int64_t{-1}), 5);
+  ExpectClose(Losses(four), expected, 1e-5, "2x2 -> 1x4");
+}
+
+// A flipped byte, then a truncated shard, in the newest step: each is named
+// in one warning line and the previous complete step is restored.
+TEST_F(TrainCommandTest, CorruptCheckpointFallsBackToThePreviousStep) {
+  const std::vector<std::string> base = {"run_name=c", "checkpoint_period=5",
+                                         "per_device_batch_size=4",
+                                         "max_num_checkpoints_to_keep=5"};
+  auto with_steps = [&](int steps) {
+    std::vector<std::string> a = base;
+    a.push_back("steps=" + std::to_string(steps));
+    return a;
+  };
+  Train(with_steps(10), "first");
+  const std::string shard = RunDir("c") + "/checkpoints/10/host0.bin";
+  ASSERT_TRUE(fs::exists(shard));
+  const auto size = fs::file_size(shard);
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(size / 2));
+    char byte = 0;
+    f.read(&byte, 1);
+    byte ^= 0x10;
+    f.seekp(static_cast<std::streamoff>(size / 2));
+    f.write(&byte, 1);
+  }
+  Child flipped = Spawn(Args(with_steps(12)), {}, dir_.path(), "flipped");
+  ASSERT_EQ(WaitExit(flipped, 240), 0) << ReadFile(flipped.err);
+  const std::string flipped_err = ReadFile(flipped.err);
+  EXPECT_NE(flipped_err.find("checkpoint step 10 skipped"), std::string::npos)
+      << flipped_err;
+  EXPECT_NE(flipped_err.find("host0.bin"), std::string::npos) << flipped_err;
+  EXPECT_NE(ReadFile(flipped.out).find("\"restored_step\":5"),
+            std::string::npos);
+
+  // That run saved steps 10 and 12 afresh; now truncate step 12's shard.
+  const std::string shard12 = RunDir("c") + "/checkpoints/12/host0.bin";
+  ASSERT_TRUE(fs::exists(shard12));
+  fs::resize_file(shard12, fs::file_size(shard12) / 3);
+  Child truncated = Spawn(Args(with_steps(14)), {}, dir_.path(), "truncated");
+  ASSERT_EQ(WaitExit(truncated, 240), 0) << ReadFile(truncated.err);
+  const std::string truncated_err = ReadFile(truncated.err);
+  EXPECT_NE(truncated_err.find("checkpoint step 12 skipped"), std::string::npos)
+      << truncated_err;
+  EXPECT_NE(truncated_err.find("12/host0.bin"), std::string::npos)
+      << truncated_err;
+  EXPECT_NE(ReadFile(truncated.out).find("\"restored_step\":10"),
+            std::string::npos);
+}
+
+// Bad configs end in one line on stderr and exit code 2, before any worker.
+TEST_F(TrainCommandTest, BadConfigIsOneLineAndExitCode2) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {{"run_name=x", "stepz=3"}, "stepz"},
+      {{"run_name=x", "steps=many"}, "many"},
+      {{"run_name=x", "ici_fsdp_parallelism=3", "--accelerator_type", "cpu-2"},
+       "3"},
+      {{"run_name=x", "dataset_path=/nonexistent/data"}, "/nonexistent/data"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"train", data_->path() + "/tiny.yml",
+                                     "base_output_directory=" + dir_.path()};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    Child child = Spawn(args, {}, dir_.path(), "bad");
+    EXPECT_EQ(WaitExit(child, 60), 2) << c.expected;
+    const std::string err = ReadFile(child.err);
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    EXPECT_NE(err.find(c.expected), std::string::npos) << err;
+    EXPECT_FALSE(fs::exists(dir_.path() + "/x/config.json"));
+  }
+}
+
+}  // namespace
+}  // namespace multislice
