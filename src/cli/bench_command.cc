@@ -180,6 +180,7 @@ void AddBenchCommand(CLI::App& root, CommandTable& table) {
   coll->add_flag(FlagNames("json"), flags->json,
                  "Print one JSON object instead of the table.");
   table[coll] = [flags] { return RunBench(*flags, CommandLine()); };
+  AddBenchCheckpointCommand(*bench, table);
 }
 
 }  // namespace multislice::cli

@@ -13,6 +13,8 @@ void AddPeakCommand(CLI::App& root, CommandTable& table);
 void AddDataCommand(CLI::App& root, CommandTable& table);
 void AddTrainCommand(CLI::App& root, CommandTable& table);
 void AddGenerateCommand(CLI::App& root, CommandTable& table);
+// `bench checkpoint`, a subcommand of `bench`.
+void AddBenchCheckpointCommand(CLI::App& bench, CommandTable& table);
 
 inline void AddAllCommands(CLI::App& root, CommandTable& table) {
   AddMeshCommand(root, table);

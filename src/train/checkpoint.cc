@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 constexpr char kCommitMarker[] = "COMMITTED";
 constexpr char kTmpSuffix[] = ".tmp";
 
-// ---- CRC32C, slicing-by-8 over a software table -------------------------
+// ---- CRC32C: the SSE4.2 instruction, or slicing-by-8 over a table --------
 
 using Crc32cTable = std::array<std::array<uint32_t, 256>, 8>;
 
@@ -221,10 +221,10 @@ Result<std::vector<std::string>> ListDirectory(const std::string& dir) {
 
 }  // namespace
 
-uint32_t Crc32c(const void* data, size_t size, uint32_t crc) {
+namespace {
+
+uint32_t Crc32cSoftware(const uint8_t* p, size_t size, uint32_t crc) {
   const Crc32cTable& t = GetCrc32cTable();
-  const auto* p = static_cast<const uint8_t*>(data);
-  crc = ~crc;
   while (size >= 8) {
     uint32_t low = crc ^ (uint32_t{p[0]} | uint32_t{p[1]} << 8 |
                           uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24);
@@ -235,6 +235,38 @@ uint32_t Crc32c(const void* data, size_t size, uint32_t crc) {
     size -= 8;
   }
   while (size-- > 0) crc = (crc >> 8) ^ t[0][(crc ^ *p++) & 0xFF];
+  return crc;
+}
+
+// The SSE4.2 crc32 instruction computes the same CRC (Castagnoli), 8 bytes
+// per instruction: about 10x the table, so checksums cost little of a save.
+__attribute__((target("sse4.2"))) uint32_t Crc32cHardware(const uint8_t* p,
+                                                          size_t size,
+                                                          uint32_t crc) {
+  uint64_t c = crc;
+  while (size >= 8) {
+    uint64_t word;
+    std::memcpy(&word, p, 8);
+    c = __builtin_ia32_crc32di(c, word);
+    p += 8;
+    size -= 8;
+  }
+  auto c32 = static_cast<uint32_t>(c);
+  while (size-- > 0) c32 = __builtin_ia32_crc32qi(c32, *p++);
+  return c32;
+}
+
+}  // namespace
+
+uint32_t Crc32cPortable(const void* data, size_t size, uint32_t crc) {
+  return ~Crc32cSoftware(static_cast<const uint8_t*>(data), size, ~crc);
+}
+
+uint32_t Crc32c(const void* data, size_t size, uint32_t crc) {
+  static const bool hardware = __builtin_cpu_supports("sse4.2");
+  const auto* p = static_cast<const uint8_t*>(data);
+  crc = ~crc;
+  crc = hardware ? Crc32cHardware(p, size, crc) : Crc32cSoftware(p, size, crc);
   return ~crc;
 }
 

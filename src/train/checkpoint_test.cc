@@ -95,6 +95,14 @@ TEST(Crc32cTest, KnownVectors) {
   uint32_t crc = Crc32c(data.data(), 501);
   crc = Crc32c(data.data() + 501, data.size() - 501, crc);
   EXPECT_EQ(crc, Crc32c(data.data(), data.size()));
+  // The table fallback agrees with the instruction, at every length.
+  EXPECT_EQ(Crc32cPortable("123456789", 9), 0xE3069283u);
+  for (size_t n : {0, 1, 7, 8, 9, 500, 1003}) {
+    EXPECT_EQ(Crc32cPortable(data.data(), n), Crc32c(data.data(), n)) << n;
+  }
+  EXPECT_EQ(
+      Crc32cPortable(data.data() + 501, 502, Crc32cPortable(data.data(), 501)),
+      Crc32c(data.data(), data.size()));
 }
 
 TEST(CheckpointTest, SyncRoundTripOneHost) {
