@@ -35,7 +35,9 @@ void WriteAll(int fd, const std::string& text) {
   }
 }
 
-// One output stream of one child, relayed line by line with a prefix.
+// One output stream of one child, relayed line by line with a prefix; without
+// a prefix, relayed byte for byte as it comes (so that a progress bar redrawn
+// with '\r' reaches the terminal).
 struct Relay {
   int fd = -1;
   int to_fd = 1;
@@ -52,6 +54,10 @@ struct Relay {
       ::close(fd);
       fd = -1;
       return false;
+    }
+    if (prefix.empty()) {
+      WriteAll(to_fd, std::string(buf, static_cast<size_t>(n)));
+      return true;
     }
     partial.append(buf, static_cast<size_t>(n));
     std::string lines;
