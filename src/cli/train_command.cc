@@ -119,6 +119,7 @@ int RunWorker(const TrainConfig& config, const runtime::WorkerEnv& env,
     nlohmann::json out = {
         {"run_directory", RunDirectory(config)},
         {"restored_step", summary.restored_step},
+        {"restored_from", summary.restored_from},
         {"first_step", summary.first_step},
         {"last_step", summary.last_step},
         {"final_loss", summary.final_loss},

@@ -290,6 +290,58 @@ TEST_F(TrainCommandTest, ResumeAfterKillIsBitwiseExact) {
   }
 }
 
+// In-memory recovery: 2 slices keep a replica of their state in host memory
+// every step. Slice 1's worker is killed after step 13 (checkpoint: step 10)
+// and its host's memory is wiped, as on a replacement host. The restart
+// restores a step newer than the checkpoint from slice 0's replica, sent over
+// DCN, and continues with the uninterrupted run's losses, bit for bit.
+TEST_F(TrainCommandTest, InMemoryRecoveryRestoresANewerStepFromAReplica) {
+  const std::string tag = std::to_string(::getpid());
+  const std::vector<std::string> args = {
+      "steps=24", "checkpoint_period=10", "per_device_batch_size=4",
+      "enable_in_memory_recovery=true", "in_memory_replica_period=1"};
+  auto named = [&](const std::string& run) {
+    std::vector<std::string> a = args;
+    a.push_back("run_name=" + run + tag);
+    return a;
+  };
+  const std::string memory =
+      "/dev/shm/multislice-" + std::to_string(::getuid());
+  const std::vector<double> uninterrupted = Losses(Train(named("a"), "a"));
+  ASSERT_EQ(uninterrupted.size(), 24u);
+  // A finished run frees its host memory.
+  EXPECT_FALSE(fs::exists(memory + "/local-slice0/a" + tag + "/worker0"));
+
+  Child victim = Spawn(Args(named("b")), {"MULTISLICE_TEST_STEP_DELAY_MS=150"},
+                       dir_.path(), "b-first");
+  const std::string replica0 = memory + "/local-slice0/b" + tag;
+  const std::string replica1 = memory + "/local-slice1/b" + tag;
+  ASSERT_TRUE(WaitForFile(replica0 + "/worker0/13/COMMITTED", 120))
+      << ReadFile(victim.err);
+  std::vector<pid_t> workers = Workers(victim);
+  ASSERT_EQ(workers.size(), 2u);
+  ::kill(workers[1], SIGKILL);
+  EXPECT_EQ(WaitExit(victim, 60), 128 + SIGKILL);
+  fs::remove_all(replica1);  // slice 1 comes back on a fresh host
+
+  Child second = Spawn(Args(named("b")), {}, dir_.path(), "b-second");
+  ASSERT_EQ(WaitExit(second, 240), 0) << ReadFile(second.err);
+  std::string out = ReadFile(second.out);
+  nlohmann::json resumed = nlohmann::json::parse(out.substr(out.rfind('{')));
+  EXPECT_EQ(resumed.value("restored_from", std::string()), "replica");
+  const int64_t restored = resumed.value("restored_step", int64_t{-1});
+  EXPECT_GE(restored, 13) << "newer than the step-10 checkpoint";
+  ASSERT_LT(restored, 24);
+  const std::vector<double> losses = Losses(resumed);
+  ASSERT_EQ(losses.size(), static_cast<size_t>(24 - restored));
+  for (size_t i = 0; i < losses.size(); ++i) {
+    EXPECT_EQ(losses[i], uninterrupted[restored + i])
+        << "step " << restored + i + 1;
+  }
+  fs::remove_all(replica0);
+  fs::remove_all(replica1);
+}
+
 // The second save (step 10) is stopped after writing its files and before
 // its commit; the job is killed there. The restart restores step 5, never
 // the half-written step 10, and still matches the uninterrupted run.

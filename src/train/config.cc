@@ -82,6 +82,11 @@ const Field kFields[] = {
      "write checkpoints in the background"},
     {"enable_checkpointing", &TrainConfig::enable_checkpointing,
      "write checkpoints and resume from the latest"},
+    {"enable_in_memory_recovery", &TrainConfig::enable_in_memory_recovery,
+     "keep a replica of the state in host memory; a restart restores a "
+     "newer replica over DCN instead of the checkpoint"},
+    {"in_memory_replica_period", &TrainConfig::in_memory_replica_period,
+     "steps between host-memory replicas"},
     {"dataset_path", &TrainConfig::dataset_path,
      "prepared dataset; empty = the default fortunes dataset"},
     {"eval_interval", &TrainConfig::eval_interval, "steps between evaluations"},
@@ -395,6 +400,8 @@ Status ValidateTrainConfig(const TrainConfig& c) {
   RETURN_IF_ERROR(CheckAtLeast("checkpoint_period", c.checkpoint_period, 1));
   RETURN_IF_ERROR(CheckAtLeast("max_num_checkpoints_to_keep",
                                c.max_num_checkpoints_to_keep, 1));
+  RETURN_IF_ERROR(
+      CheckAtLeast("in_memory_replica_period", c.in_memory_replica_period, 1));
   RETURN_IF_ERROR(CheckAtLeast("eval_interval", c.eval_interval, 1));
   RETURN_IF_ERROR(CheckAtLeast("eval_batches", c.eval_batches, 1));
   RETURN_IF_ERROR(CheckAtLeast("seed", c.seed, 0));

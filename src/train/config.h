@@ -63,6 +63,14 @@ struct TrainConfig {
   bool async_checkpointing = true;
   bool enable_checkpointing = true;
 
+  // In-memory recovery: every in_memory_replica_period steps each host keeps
+  // a copy of its training state in host memory (MULTISLICE_HOST_MEMORY_DIR,
+  // default /dev/shm); a restarted job that finds a replica newer than the
+  // newest checkpoint on every data replica's hosts restores from it,
+  // sending it over DCN to the hosts that lack it (a repaired slice).
+  bool enable_in_memory_recovery = false;
+  int in_memory_replica_period = 1;
+
   // Data and evaluation.
   std::string dataset_path;  // "" = the default prepared fortunes dataset
   int eval_interval = 20;    // steps between evaluations

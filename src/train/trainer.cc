@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -43,6 +44,19 @@ model::gpt::GptConfig ModelConfig(const TrainConfig& c) {
   m.num_layers = c.num_decoder_layers;
   m.mlp_dim = c.mlp_dim;
   return m;
+}
+
+// Where this worker keeps its in-memory replica: MULTISLICE_HOST_MEMORY_DIR
+// (set per host by an agent) or, for local slices that share one machine,
+// /dev/shm/multislice-<uid>/local-slice<S>; then <run_name>/worker<W>.
+std::string ReplicaDirectory(const TrainConfig& c,
+                             const runtime::WorkerEnv& env) {
+  const char* base = std::getenv("MULTISLICE_HOST_MEMORY_DIR");
+  const std::string dir =
+      base && *base ? std::string(base)
+                    : "/dev/shm/multislice-" + std::to_string(::getuid()) +
+                          "/local-slice" + std::to_string(env.slice_id);
+  return dir + "/" + c.run_name + "/worker" + std::to_string(env.worker_id);
 }
 
 // "data=2 fsdp=2 tensor=1".
@@ -322,6 +336,29 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
                            ", beyond steps=" + std::to_string(config.steps));
   }
 
+  // In-memory recovery: this host's replica, when newer than the checkpoint.
+  std::unique_ptr<CheckpointManager> replicas;
+  std::optional<RestoredState> replica;
+  if (config.enable_in_memory_recovery) {
+    CheckpointOptions replica_options;
+    replica_options.directory = ReplicaDirectory(config, rt.env());
+    replica_options.max_to_keep = 1;
+    replica_options.async = true;
+    replicas = std::make_unique<CheckpointManager>(replica_options);
+    Result<int64_t> latest = replicas->LatestCompleteStep();
+    if (latest.ok() && *latest > restored_step && *latest <= config.steps) {
+      Result<RestoredState> state = replicas->Restore(*latest, 0);
+      if (state.ok()) {
+        replica = std::move(*state);
+      } else {
+        std::fprintf(stderr,
+                     "multislice train: warning: ignoring the in-memory "
+                     "replica: %s\n",
+                     state.status().message().c_str());
+      }
+    }
+  }
+
   const double flops_per_step = StepFlopsPerDevice(config);
   Reporter reporter(options, flops_per_step);
   if (printer) {
@@ -341,7 +378,6 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
       if (ec) return Internal(run_dir + "/config.json: " + ec.message());
     }
     RETURN_IF_ERROR(reporter.Open(run_dir));
-    reporter.LoadHistory(restored_step);
     if (!options.quiet) {
       std::printf(
           "multislice train: %s, %lld parameters, mesh %s, %d device(s), "
@@ -362,9 +398,6 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
       std::fflush(stdout);
     }
   }
-  summary->restored_step = restored ? restored_step : -1;
-  summary->first_step = restored_step + 1;
-  summary->last_step = restored_step;
 
   const std::string train_file = options.dataset_dir + "/train.bin";
   const std::string val_file = options.dataset_dir + "/val.bin";
@@ -421,6 +454,89 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
     data_options.seed = static_cast<uint64_t>(config.seed) + 1;
     ASSIGN_OR_RETURN(DataIterator val_data, DataIterator::Create(data_options));
 
+    // In-memory recovery: when every shard has a data replica whose host
+    // memory holds a newer step than the checkpoint, the lowest such data
+    // rank broadcasts it over the data axis (DCN for a repaired slice).
+    int64_t start_step = restored_step;
+    bool from_replica = false;
+    if (replicas) {
+      const std::string at = "." + std::to_string(begin);
+      const Blob* parts[3] = {nullptr, nullptr, nullptr};
+      float have = -1;
+      if (replica && replica->metadata.contains("iterator") &&
+          replica->metadata["iterator"].value("global_rows", 0) ==
+              global_rows) {
+        const char* names[3] = {"params", "adam_m", "adam_v"};
+        bool all = true;
+        for (int i = 0; i < 3; ++i) {
+          auto it = replica->blobs.find(names[i] + at);
+          all = all && it != replica->blobs.end() &&
+                it->second.data.size() ==
+                    static_cast<size_t>(count) * sizeof(float);
+          if (all) parts[i] = &it->second;
+        }
+        if (all) have = static_cast<float>(replica->step);
+      }
+      float newest = have;
+      RETURN_IF_ERROR(coll.AllReduce(kAll, &newest, &newest, 1, DType::kF32,
+                                     comm::ReduceOp::kMax, "replica-step")
+                          .Wait());
+      if (newest > static_cast<float>(restored_step)) {
+        const bool mine = have == newest;
+        float covered = mine ? 1.0f : 0.0f;
+        RETURN_IF_ERROR(coll.AllReduce({"data"}, &covered, &covered, 1,
+                                       DType::kF32, comm::ReduceOp::kMax,
+                                       "replica-covered")
+                            .Wait());
+        RETURN_IF_ERROR(coll.AllReduce(kAll, &covered, &covered, 1, DType::kF32,
+                                       comm::ReduceOp::kMin, "replica-covered")
+                            .Wait());
+        if (covered == 1.0f) {
+          float root = mine ? static_cast<float>(data->rank) : 1e9f;
+          RETURN_IF_ERROR(coll.AllReduce({"data"}, &root, &root, 1, DType::kF32,
+                                         comm::ReduceOp::kMin, "replica-root")
+                              .Wait());
+          std::vector<float>* targets[3] = {&shard, &adam_m, &adam_v};
+          for (int i = 0; i < 3; ++i) {
+            if (mine) {
+              std::memcpy(targets[i]->data(), parts[i]->data.data(),
+                          parts[i]->data.size());
+            }
+            RETURN_IF_ERROR(coll.Broadcast({"data"}, static_cast<int>(root),
+                                           targets[i]->data(), seg.count,
+                                           DType::kF32, "replica-state")
+                                .Wait());
+          }
+          start_step = static_cast<int64_t>(newest);
+          from_replica = true;
+          if (printer && local == 0 && !options.quiet) {
+            std::printf(
+                "multislice train: restored step %lld from the in-memory "
+                "replica of data rank %d over the data axis (the newest "
+                "checkpoint is step %lld)\n",
+                static_cast<long long>(start_step), static_cast<int>(root),
+                static_cast<long long>(restored_step));
+            std::fflush(stdout);
+          }
+        } else if (printer && local == 0) {
+          std::fprintf(stderr,
+                       "multislice train: warning: an in-memory replica of "
+                       "step %lld does not cover every shard; restoring the "
+                       "checkpoint of step %lld\n",
+                       static_cast<long long>(newest),
+                       static_cast<long long>(restored_step));
+        }
+      }
+    }
+    if (printer && local == 0) {
+      summary->restored_step =
+          from_replica || restored ? start_step : int64_t{-1};
+      summary->restored_from =
+          from_replica ? "replica" : (restored ? "checkpoint" : "none");
+      summary->first_step = start_step + 1;
+      summary->last_step = start_step;
+    }
+
     const bool reporter_thread_for_cleanup =
         printer && local == 0 && config.enable_checkpointing;
     // Every device must agree on the step it resumes from.
@@ -444,7 +560,7 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
     if (reporter_thread_for_cleanup) {
       if (auto steps = checkpoints.CompleteSteps(); steps.ok()) {
         for (int64_t step : *steps) {
-          if (step <= restored_step) continue;
+          if (step <= start_step) continue;
           const std::string from =
               ckpt_options.directory + "/" + std::to_string(step);
           const std::string to = ckpt_options.directory + "/corrupt-" +
@@ -517,6 +633,31 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
       return shared.checkpoint_status;
     };
 
+    auto save_replica = [&](int64_t step) -> Status {
+      shared.shards[local] =
+          StateShard{begin, shard.data(), adam_m.data(), adam_v.data(), count};
+      shared.barrier.arrive_and_wait();
+      if (local == 0) {
+        std::vector<StateShard> all;
+        for (auto& s : shared.shards) {
+          all.push_back(*s);
+          s.reset();
+        }
+        IteratorState iterator = train_data.state();
+        iterator.row_begin = rt.local_devices()[0] * B;
+        iterator.rows = local_count * B;
+        Status s = replicas->Save(
+            step, ShardBlobs(all),
+            StateMetadata(step, model_config, rt.mesh().axis_names,
+                          rt.mesh().shape, rt.env().num_slices, all, iterator));
+        std::lock_guard<std::mutex> lock(shared.mu);
+        shared.checkpoint_status = s;
+      }
+      shared.barrier.arrive_and_wait();
+      std::lock_guard<std::mutex> lock(shared.mu);
+      return shared.checkpoint_status;
+    };
+
     model::AdamWOptions adam;
     adam.beta1 = static_cast<float>(config.adam_b1);
     adam.beta2 = static_cast<float>(config.adam_b2);
@@ -525,7 +666,7 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
     const float inv_devices = 1.0f / static_cast<float>(num_devices);
     const int64_t step_delay_ms = EnvInt("MULTISLICE_TEST_STEP_DELAY_MS");
 
-    for (int64_t step = restored_step + 1; step <= config.steps; ++step) {
+    for (int64_t step = start_step + 1; step <= config.steps; ++step) {
       const Clock::time_point step_start = Clock::now();
       const Batch batch = train_data.At(step - 1);
       RETURN_IF_ERROR(gather_weights());
@@ -577,12 +718,16 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
         ASSIGN_OR_RETURN(val_loss, evaluate());
       }
       if (reporter_thread) {
-        if (step == restored_step + 1) {
+        if (step == start_step + 1) {
           summary->seconds_to_first_step = SecondsSince(start);
+          reporter.LoadHistory(start_step);
         }
-        reporter.Step(step, restored_step + 1, stats[0], lr, norm, seconds,
+        reporter.Step(step, start_step + 1, stats[0], lr, norm, seconds,
                       tokens_per_step, val_loss, summary);
         if (val_loss) reporter.Plot();
+      }
+      if (replicas && step % config.in_memory_replica_period == 0) {
+        RETURN_IF_ERROR(save_replica(step));
       }
       if (config.enable_checkpointing &&
           (step % config.checkpoint_period == 0 || step == config.steps)) {
@@ -595,6 +740,12 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
     if (local == 0) {
       Status s = checkpoints.Wait();
       if (!s.ok()) return s;
+      if (replicas) {
+        // The run is complete and checkpointed: free the host memory.
+        (void)replicas->Wait();
+        std::error_code ec;
+        std::filesystem::remove_all(ReplicaDirectory(config, rt.env()), ec);
+      }
     }
     if (reporter_thread) reporter.Plot();
     return OkStatus();

@@ -49,7 +49,8 @@ struct TrainerOptions {
 struct TrainSummary {
   int64_t first_step = 0;  // the first step this run trained (1-based)
   int64_t last_step = 0;
-  int64_t restored_step = -1;        // the checkpoint step restored, or -1
+  int64_t restored_step = -1;          // the step restored, or -1
+  std::string restored_from = "none";  // "none", "checkpoint" or "replica"
   double seconds_to_first_step = 0;  // from RunTrainer's start
   double final_loss = 0;
   double final_val_loss = -1;    // -1 when never evaluated
