@@ -120,8 +120,8 @@ std::function<Status()> StoreBarrier(runtime::Runtime& rt) {
 // Printing and files of process 0 (device 0's thread only).
 class Reporter {
  public:
-  Reporter(const TrainerOptions& options, double flops_per_step)
-      : options_(options), flops_per_step_(flops_per_step) {}
+  Reporter(const TrainerOptions& options, double flops_per_step, int attempt)
+      : options_(options), flops_per_step_(flops_per_step), attempt_(attempt) {}
 
   Status Open(const std::string& run_dir) {
     ASSIGN_OR_RETURN(metrics_, MetricsWriter::Open(run_dir));
@@ -138,13 +138,18 @@ class Reporter {
         options_.peak_flops_per_device > 0
             ? flops_per_step_ / seconds / options_.peak_flops_per_device
             : 0;
-    nlohmann::json record = {{"step", step},
-                             {"loss", loss},
-                             {"lr", lr},
-                             {"grad_norm", norm},
-                             {"step_time_s", seconds},
-                             {"tokens_per_s", tokens_per_step / seconds},
-                             {"tflops_per_device", tflops}};
+    nlohmann::json record = {
+        {"step", step},
+        {"loss", loss},
+        {"lr", lr},
+        {"grad_norm", norm},
+        {"step_time_s", seconds},
+        {"tokens_per_s", tokens_per_step / seconds},
+        {"tflops_per_device", tflops},
+        {"attempt", attempt_},
+        {"time", std::chrono::duration<double>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count()}};
     if (mfu > 0) record["mfu"] = mfu;
     if (val_loss) record["val_loss"] = *val_loss;
     if (metrics_) {
@@ -229,6 +234,7 @@ class Reporter {
  private:
   const TrainerOptions& options_;
   const double flops_per_step_;
+  const int attempt_;
   std::optional<MetricsWriter> metrics_;
   std::string run_dir_;
   std::vector<std::pair<double, double>> train_points_, val_points_;
@@ -360,7 +366,7 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
   }
 
   const double flops_per_step = StepFlopsPerDevice(config);
-  Reporter reporter(options, flops_per_step);
+  Reporter reporter(options, flops_per_step, rt.env().attempt);
   if (printer) {
     std::error_code ec;
     std::filesystem::create_directories(run_dir, ec);
