@@ -71,10 +71,53 @@ TEST(AdamWTest, ThreeStepsMatchScalarReferenceWithAndWithoutMask) {
   EXPECT_EQ(a[0], b[0]);
 }
 
+// The 16-wide loop and the scalar remainder give the same bits: the whole
+// array at once equals element-by-element calls (n = 1 takes the scalar
+// path), with and without the decay mask, and tracks the double reference.
+TEST(AdamWTest, VectorLoopMatchesScalarBitForBit) {
+  constexpr int kN = 53;
+  AdamWOptions o;
+  o.lr = 0.02f;
+  std::vector<float> init(kN);
+  std::vector<uint8_t> mask(kN);
+  for (int i = 0; i < kN; ++i) {
+    init[i] = 0.1f * static_cast<float>((i * 37) % 23) - 1.0f;
+    mask[i] = static_cast<uint8_t>((i * 7) % 3 != 0);
+  }
+  for (const bool use_mask : {false, true}) {
+    std::vector<float> p = init, m(kN, 0.0f), v(kN, 0.0f);
+    std::vector<float> q = init, mq(kN, 0.0f), vq(kN, 0.0f);
+    std::vector<ScalarAdamW> ref;
+    for (float x : init) ref.push_back({x});
+    for (int t = 1; t <= 3; ++t) {
+      std::vector<float> g(kN);
+      for (int i = 0; i < kN; ++i) {
+        g[i] = 0.05f * static_cast<float>((i * 13 + t * 5) % 17) - 0.4f;
+      }
+      AdamWUpdate(p.data(), g.data(), m.data(), v.data(), kN, o, t,
+                  use_mask ? mask.data() : nullptr);
+      for (int i = 0; i < kN; ++i) {
+        AdamWUpdate(&q[i], &g[i], &mq[i], &vq[i], 1, o, t,
+                    use_mask ? &mask[i] : nullptr);
+        ref[i].Step(g[i], o, t, !use_mask || mask[i] != 0);
+      }
+    }
+    for (int i = 0; i < kN; ++i) {
+      EXPECT_EQ(p[i], q[i]) << "i=" << i << " mask=" << use_mask;
+      EXPECT_EQ(m[i], mq[i]);
+      EXPECT_EQ(v[i], vq[i]);
+      EXPECT_NEAR(p[i], ref[i].p, 1e-6);
+    }
+  }
+}
+
 TEST(AdamWTest, GlobalNorm) {
   const std::vector<float> g = {3.0f, -4.0f, 0.0f, 12.0f};
   EXPECT_DOUBLE_EQ(GlobalNorm(g.data(), 4), 13.0);
   EXPECT_DOUBLE_EQ(GlobalNorm(g.data(), 0), 0.0);
+  // Longer than the eight partial sums, with a remainder.
+  std::vector<float> ones(21, 2.0f);
+  EXPECT_DOUBLE_EQ(GlobalNorm(ones.data(), 21), std::sqrt(84.0));
 }
 
 TEST(AdamWTest, ClipScale) {

@@ -35,56 +35,74 @@ constexpr float kInitStd = 0.02f;
 
 }  // namespace
 
-// Runs the model's matmuls on f32 operands: directly in f32, or in bf16 by
-// rounding both operands into scratch buffers first (accumulation and C stay
-// f32).
+namespace {
+// Grows v to at least n elements, never shrinks it: a scratch vector reused
+// at several sizes is then zero-filled only once.
+void Reserve(std::vector<uint16_t>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+}
+}  // namespace
+
+// Runs the model's matmuls on f32 operands: directly in f32, or in bf16 on
+// bf16 copies of both operands (accumulation and C stay f32). A caller that
+// uses an operand more than once passes its bf16 copy (the weights are
+// rounded once per Forward, an activation once when it is made); other
+// operands are rounded here into scratch.
 class GptModel::Matmul {
  public:
+  // An f32 operand and, in bf16 mode, optionally its bf16 copy.
+  struct Operand {
+    const float* f32 = nullptr;
+    const uint16_t* bf16 = nullptr;
+  };
+
   explicit Matmul(DType ab_type) : ab_type_(ab_type) {}
 
+  DType type() const { return ab_type_; }
+
+  // In bf16 mode, rounds x[0, n) into `store` and returns {x, store}; in f32
+  // mode returns {x, null}.
+  Operand Prepare(const float* x, int64_t n, std::vector<uint16_t>& store) {
+    if (ab_type_ == DType::kF32) return {x, nullptr};
+    Reserve(store, n);
+    ToBf16(x, store.data(), n);
+    return {x, store.data()};
+  }
+
   // C[m,n] (beta 0: =, beta 1: +=) op(A)[m,k] @ op(B)[k,n], dense operands.
-  Status Run(compute::GemmDesc desc, const float* a, const float* b, float* c) {
+  Status Run(compute::GemmDesc desc, Operand a, Operand b, float* c) {
     desc.c_type = DType::kF32;
     desc.ab_type = ab_type_;
-    if (ab_type_ == DType::kF32) return compute::Gemm(desc, a, b, c);
-    const size_t a_count = static_cast<size_t>(desc.m * desc.k);
-    const size_t b_count = static_cast<size_t>(desc.k * desc.n);
-    a16_.resize(a_count);
-    b16_.resize(b_count);
-    compute::Convert(DType::kF32, a, DType::kBF16, a16_.data(), a_count);
-    compute::Convert(DType::kF32, b, DType::kBF16, b16_.data(), b_count);
-    return compute::Gemm(desc, a16_.data(), b16_.data(), c);
+    if (ab_type_ == DType::kF32) return compute::Gemm(desc, a.f32, b.f32, c);
+    if (a.bf16 == nullptr) a = Prepare(a.f32, desc.m * desc.k, a16_);
+    if (b.bf16 == nullptr) b = Prepare(b.f32, desc.k * desc.n, b16_);
+    return compute::Gemm(desc, a.bf16, b.bf16, c);
   }
 
   // out[N,OC] = inp[N,IC] @ weight[IC,OC] (+ bias).
-  Status LinearForward(float* out, const float* inp, const float* weight,
+  Status LinearForward(float* out, Operand inp, Operand weight,
                        const float* bias, int64_t N, int64_t IC, int64_t OC) {
     compute::GemmDesc desc;
     desc.m = N;
     desc.n = OC;
     desc.k = IC;
     RETURN_IF_ERROR(Run(desc, inp, weight, out));
-    if (bias != nullptr) {
-      for (int64_t r = 0; r < N; ++r) {
-        float* row = out + r * OC;
-        for (int64_t o = 0; o < OC; ++o) row[o] += bias[o];
-      }
-    }
+    if (bias != nullptr) BiasForward(out, bias, N, static_cast<int>(OC));
     return OkStatus();
   }
 
-  // dinp[N,IC] += dout[N,OC] @ weight^T; dweight[IC,OC] += inp^T @ dout;
-  // dbias[OC] += column sums of dout (when non-null).
-  Status LinearBackward(float* dinp, float* dweight, float* dbias,
-                        const float* dout, const float* inp,
-                        const float* weight, int64_t N, int64_t IC,
-                        int64_t OC) {
+  // dinp[N,IC] (dinp_beta 0: =, 1: +=) dout[N,OC] @ weight^T;
+  // dweight[IC,OC] += inp^T @ dout; dbias[OC] += column sums of dout (when
+  // non-null).
+  Status LinearBackward(float* dinp, float dinp_beta, float* dweight,
+                        float* dbias, Operand dout, Operand inp, Operand weight,
+                        int64_t N, int64_t IC, int64_t OC) {
     compute::GemmDesc dx;
     dx.m = N;
     dx.n = IC;
     dx.k = OC;
     dx.transpose_b = true;  // weight is [IC,OC] = [n,k]
-    dx.beta = 1.0f;
+    dx.beta = dinp_beta;
     RETURN_IF_ERROR(Run(dx, dout, weight, dinp));
     compute::GemmDesc dw;
     dw.m = IC;
@@ -94,10 +112,7 @@ class GptModel::Matmul {
     dw.beta = 1.0f;
     RETURN_IF_ERROR(Run(dw, inp, dout, dweight));
     if (dbias != nullptr) {
-      for (int64_t r = 0; r < N; ++r) {
-        const float* row = dout + r * OC;
-        for (int64_t o = 0; o < OC; ++o) dbias[o] += row[o];
-      }
+      BiasBackward(dbias, dout.f32, N, static_cast<int>(OC));
     }
     return OkStatus();
   }
@@ -212,44 +227,51 @@ std::vector<uint8_t> WeightDecayMask(const GptConfig& config) {
   return mask;
 }
 
-// Saved activations of one block; gradient scratch mirrors them.
+// Saved activations of one block; gradient scratch mirrors them. The *16
+// vectors are bf16 copies of the matmul inputs (bf16 matmuls only), made once
+// in the forward and read again by the weight gradients.
 struct LayerActivations {
   std::vector<float> ln1, ln1_mean, ln1_rstd;  // [N,C], [N], [N]
   std::vector<float> qkv;                      // [N,3C]
   std::vector<float> atty;                     // [N,C]
-  std::vector<float> preatt, att;              // [B,NH,T,T]
+  std::vector<float> att;                      // [B,NH,T,T] softmax
   std::vector<float> attproj;                  // [N,C]
   std::vector<float> residual2;                // [N,C]
   std::vector<float> ln2, ln2_mean, ln2_rstd;  // [N,C], [N], [N]
-  std::vector<float> fch, fch_gelu;            // [N,mlp]
-  std::vector<float> fcproj;                   // [N,C]
-  std::vector<float> residual3;                // [N,C]
+  std::vector<float> fch;                      // [N,mlp]
+  std::vector<float> fch_gelu;   // [N,mlp]; f32 matmuls only (bf16 keep *_16)
+  std::vector<float> fcproj;     // [N,C]
+  std::vector<float> residual3;  // [N,C]
+  std::vector<uint16_t> ln1_16, qkv_16, atty_16, ln2_16, fch_gelu_16;
 };
 
 struct GptModel::Activations {
   std::vector<int32_t> tokens, targets;
-  std::vector<float> encoded;  // [N,C]
+  std::vector<uint16_t> params16;  // bf16 copy of the parameters
+  std::vector<float> encoded;      // [N,C]
   std::vector<LayerActivations> layers;
   std::vector<float> lnf, lnf_mean, lnf_rstd;  // [N,C], [N], [N]
-  std::vector<float> logits, probs;            // [N,V]
-  std::vector<float> losses;                   // [N]
+  std::vector<uint16_t> lnf_16;
+  std::vector<float> logits, probs;  // [N,V]
+  std::vector<float> losses;         // [N]
+  std::vector<float> att_scratch;    // AttentionScratchSize
   // Backward scratch: gradients of one block's activations, reused per block.
   LayerActivations dlayer;
   std::vector<float> dresidual;  // [N,C], gradient of the residual stream
   std::vector<float> dlnf;       // [N,C]
   std::vector<float> dlogits;    // [N,V]
   std::vector<float> dlosses;    // [N]
+  std::vector<uint16_t> dout16;  // bf16 copy of a linear's output gradient
 };
 
 namespace {
 void SizeLayer(LayerActivations& a, int64_t N, int64_t C, int64_t H,
-               int64_t att) {
+               int64_t att, bool f32_gelu) {
   a.ln1.assign(N * C, 0.0f);
   a.ln1_mean.assign(N, 0.0f);
   a.ln1_rstd.assign(N, 0.0f);
   a.qkv.assign(N * 3 * C, 0.0f);
   a.atty.assign(N * C, 0.0f);
-  a.preatt.assign(att, 0.0f);
   a.att.assign(att, 0.0f);
   a.attproj.assign(N * C, 0.0f);
   a.residual2.assign(N * C, 0.0f);
@@ -257,7 +279,7 @@ void SizeLayer(LayerActivations& a, int64_t N, int64_t C, int64_t H,
   a.ln2_mean.assign(N, 0.0f);
   a.ln2_rstd.assign(N, 0.0f);
   a.fch.assign(N * H, 0.0f);
-  a.fch_gelu.assign(N * H, 0.0f);
+  a.fch_gelu.assign(f32_gelu ? N * H : 0, 0.0f);
   a.fcproj.assign(N * C, 0.0f);
   a.residual3.assign(N * C, 0.0f);
 }
@@ -304,18 +326,21 @@ Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
     }
   }
   Activations& a = *acts_;
+  const DType mm_type = matmul_->type();
   if (B != B_ || T != T_ || a.layers.size() != static_cast<size_t>(L)) {
     const int64_t att = N * NH * T;
     a.encoded.assign(N * C, 0.0f);
     a.layers.resize(L);
-    for (LayerActivations& la : a.layers) SizeLayer(la, N, C, H, att);
-    SizeLayer(a.dlayer, N, C, H, att);
+    const bool f32 = mm_type == DType::kF32;
+    for (LayerActivations& la : a.layers) SizeLayer(la, N, C, H, att, f32);
+    SizeLayer(a.dlayer, N, C, H, 0, true);
     a.lnf.assign(N * C, 0.0f);
     a.lnf_mean.assign(N, 0.0f);
     a.lnf_rstd.assign(N, 0.0f);
     a.logits.assign(N * V, 0.0f);
     a.probs.assign(N * V, 0.0f);
     a.losses.assign(N, 0.0f);
+    a.att_scratch.assign(AttentionScratchSize(B, T, C, mm_type), 0.0f);
     a.dresidual.assign(N * C, 0.0f);
     a.dlnf.assign(N * C, 0.0f);
     a.dlogits.assign(N * V, 0.0f);
@@ -325,29 +350,52 @@ Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
   }
   a.tokens.assign(tokens, tokens + N);
 
+  // The weights in bf16, once per step (Backward reuses them).
+  const int64_t num_params = layout_.back().offset + layout_.back().size;
+  matmul_->Prepare(params, num_params, a.params16);
+  auto w = [&](int64_t offset) -> Matmul::Operand {
+    return {params + offset,
+            mm_type == DType::kF32 ? nullptr : a.params16.data() + offset};
+  };
+
   EncoderForward(a.encoded.data(), tokens, params + layout_[0].offset,
                  params + layout_[1].offset, B, T, C);
   const float* residual = a.encoded.data();
   for (int l = 0; l < L; ++l) {
     LayerActivations& la = a.layers[l];
     auto p = [&](int index) { return params + LayerOffset(l, index); };
+    auto pw = [&](int index) { return w(LayerOffset(l, index)); };
     LayerNormForward(la.ln1.data(), la.ln1_mean.data(), la.ln1_rstd.data(),
                      residual, p(kLn1W), p(kLn1B), N, C);
-    RETURN_IF_ERROR(matmul_->LinearForward(la.qkv.data(), la.ln1.data(),
-                                           p(kQkvW), p(kQkvB), N, C, 3 * C));
-    AttentionForward(la.atty.data(), la.preatt.data(), la.att.data(),
-                     la.qkv.data(), B, T, C, NH);
-    RETURN_IF_ERROR(matmul_->LinearForward(la.attproj.data(), la.atty.data(),
-                                           p(kAttnProjW), p(kAttnProjB), N, C,
-                                           C));
+    RETURN_IF_ERROR(matmul_->LinearForward(
+        la.qkv.data(), matmul_->Prepare(la.ln1.data(), N * C, la.ln1_16),
+        pw(kQkvW), p(kQkvB), N, C, 3 * C));
+    // qkv in bf16 once, for the attention's forward and backward.
+    const uint16_t* qkv16 =
+        matmul_->Prepare(la.qkv.data(), N * 3 * C, la.qkv_16).bf16;
+    RETURN_IF_ERROR(AttentionForward(la.atty.data(), la.att.data(),
+                                     a.att_scratch.data(), la.qkv.data(), B, T,
+                                     C, NH, mm_type, qkv16));
+    RETURN_IF_ERROR(matmul_->LinearForward(
+        la.attproj.data(), matmul_->Prepare(la.atty.data(), N * C, la.atty_16),
+        pw(kAttnProjW), p(kAttnProjB), N, C, C));
     ResidualForward(la.residual2.data(), residual, la.attproj.data(), N * C);
     LayerNormForward(la.ln2.data(), la.ln2_mean.data(), la.ln2_rstd.data(),
                      la.residual2.data(), p(kLn2W), p(kLn2B), N, C);
-    RETURN_IF_ERROR(matmul_->LinearForward(la.fch.data(), la.ln2.data(),
-                                           p(kFcW), p(kFcB), N, C, H));
-    GeluForward(la.fch_gelu.data(), la.fch.data(), N * H);
-    RETURN_IF_ERROR(matmul_->LinearForward(la.fcproj.data(), la.fch_gelu.data(),
-                                           p(kFcProjW), p(kFcProjB), N, H, C));
+    RETURN_IF_ERROR(matmul_->LinearForward(
+        la.fch.data(), matmul_->Prepare(la.ln2.data(), N * C, la.ln2_16),
+        pw(kFcW), p(kFcB), N, C, H));
+    Matmul::Operand gelu{la.fch_gelu.data(), nullptr};
+    if (mm_type == DType::kF32) {
+      GeluForward(la.fch_gelu.data(), la.fch.data(), N * H);
+    } else {
+      // Only the bf16 copy is read again (fc_proj and its weight gradient).
+      Reserve(la.fch_gelu_16, N * H);
+      GeluForwardBf16(nullptr, la.fch_gelu_16.data(), la.fch.data(), N * H);
+      gelu.bf16 = la.fch_gelu_16.data();
+    }
+    RETURN_IF_ERROR(matmul_->LinearForward(la.fcproj.data(), gelu, pw(kFcProjW),
+                                           p(kFcProjB), N, H, C));
     ResidualForward(la.residual3.data(), la.residual2.data(), la.fcproj.data(),
                     N * C);
     residual = la.residual3.data();
@@ -362,8 +410,9 @@ Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
   head.n = V;
   head.k = C;
   head.transpose_b = true;
-  RETURN_IF_ERROR(matmul_->Run(head, a.lnf.data(), params + layout_[0].offset,
-                               a.logits.data()));
+  RETURN_IF_ERROR(matmul_->Run(head,
+                               matmul_->Prepare(a.lnf.data(), N * C, a.lnf_16),
+                               w(layout_[0].offset), a.logits.data()));
   if (targets == nullptr) return 0.0f;
 
   a.targets.assign(targets, targets + N);
@@ -384,28 +433,35 @@ Status GptModel::Backward(const float* params, float* grads) {
   const int B = B_, T = T_, V = config_.vocab_size, C = config_.emb_dim,
             NH = config_.num_heads, H = config_.mlp_dim, L = config_.num_layers;
   const int64_t N = int64_t{B} * T;
+  const DType mm_type = matmul_->type();
+  // Forward's bf16 weights: params are unchanged since (see gpt.h).
+  auto w = [&](int64_t offset) -> Matmul::Operand {
+    return {params + offset,
+            mm_type == DType::kF32 ? nullptr : a.params16.data() + offset};
+  };
+  using Operand = Matmul::Operand;
 
   std::fill(a.dlosses.begin(), a.dlosses.end(), 1.0f / static_cast<float>(N));
   Zero(a.dlogits);
   CrossEntropySoftmaxBackward(a.dlogits.data(), a.dlosses.data(),
                               a.probs.data(), a.targets.data(), N, V);
   // logits = lnf @ wte^T: dlnf = dlogits @ wte, dwte += dlogits^T @ lnf.
-  const float* wte = params + layout_[0].offset;
   float* dwte = grads + layout_[0].offset;
-  Zero(a.dlnf);
+  const Operand dlogits = matmul_->Prepare(a.dlogits.data(), N * V, a.dout16);
   compute::GemmDesc dx;
   dx.m = N;
   dx.n = C;
   dx.k = V;
-  dx.beta = 1.0f;
-  RETURN_IF_ERROR(matmul_->Run(dx, a.dlogits.data(), wte, a.dlnf.data()));
+  RETURN_IF_ERROR(
+      matmul_->Run(dx, dlogits, w(layout_[0].offset), a.dlnf.data()));
   compute::GemmDesc dw;
   dw.m = V;
   dw.n = C;
   dw.k = N;
   dw.transpose_a = true;  // dlogits is [N,V] = [k,m]
   dw.beta = 1.0f;
-  RETURN_IF_ERROR(matmul_->Run(dw, a.dlogits.data(), a.lnf.data(), dwte));
+  RETURN_IF_ERROR(
+      matmul_->Run(dw, dlogits, Operand{a.lnf.data(), a.lnf_16.data()}, dwte));
 
   const size_t lnf_index = layout_.size() - 2;
   const float* last_residual =
@@ -417,32 +473,34 @@ Status GptModel::Backward(const float* params, float* grads) {
                     a.lnf_mean.data(), a.lnf_rstd.data(), N, C);
 
   // a.dresidual holds d(loss)/d(output of block l) on entry to iteration l
-  // and d(loss)/d(input of block l) on exit.
+  // and d(loss)/d(input of block l) on exit. Input gradients that a matmul
+  // writes whole use beta 0 and need no zeroing.
   LayerActivations& d = a.dlayer;
   for (int l = L - 1; l >= 0; --l) {
     const LayerActivations& la = a.layers[l];
     const float* block_input =
         l > 0 ? a.layers[l - 1].residual3.data() : a.encoded.data();
     auto p = [&](int index) { return params + LayerOffset(l, index); };
+    auto pw = [&](int index) { return w(LayerOffset(l, index)); };
     auto g = [&](int index) { return grads + LayerOffset(l, index); };
-    Zero(d.fch_gelu);
-    Zero(d.fch);
-    Zero(d.ln2);
-    Zero(d.residual2);
-    Zero(d.atty);
-    Zero(d.qkv);
-    Zero(d.preatt);
-    Zero(d.att);
-    Zero(d.ln1);
     // residual3 = residual2 + fcproj: both get dresidual.
-    const float* dout = a.dresidual.data();
     RETURN_IF_ERROR(matmul_->LinearBackward(
-        d.fch_gelu.data(), g(kFcProjW), g(kFcProjB), dout, la.fch_gelu.data(),
-        p(kFcProjW), N, H, C));
-    GeluBackward(d.fch.data(), la.fch.data(), d.fch_gelu.data(), N * H);
-    RETURN_IF_ERROR(matmul_->LinearBackward(d.ln2.data(), g(kFcW), g(kFcB),
-                                            d.fch.data(), la.ln2.data(),
-                                            p(kFcW), N, C, H));
+        d.fch_gelu.data(), 0.0f, g(kFcProjW), g(kFcProjB),
+        matmul_->Prepare(a.dresidual.data(), N * C, a.dout16),
+        Operand{la.fch_gelu.data(), la.fch_gelu_16.data()}, pw(kFcProjW), N, H,
+        C));
+    // d.fch = (overwritten, no zeroing) and its bf16 copy in the same pass.
+    uint16_t* dfch16 = nullptr;
+    if (mm_type != DType::kF32) {
+      Reserve(a.dout16, N * H);
+      dfch16 = a.dout16.data();
+    }
+    GeluBackwardOverwrite(d.fch.data(), dfch16, la.fch.data(),
+                          d.fch_gelu.data(), N * H);
+    const Operand dfch{d.fch.data(), dfch16};
+    RETURN_IF_ERROR(matmul_->LinearBackward(
+        d.ln2.data(), 0.0f, g(kFcW), g(kFcB), dfch,
+        Operand{la.ln2.data(), la.ln2_16.data()}, pw(kFcW), N, C, H));
     // d.residual2 = dresidual (skip path) + LayerNorm's input gradient.
     std::copy(a.dresidual.begin(), a.dresidual.end(), d.residual2.begin());
     LayerNormBackward(d.residual2.data(), g(kLn2W), g(kLn2B), d.ln2.data(),
@@ -450,13 +508,18 @@ Status GptModel::Backward(const float* params, float* grads) {
                       la.ln2_rstd.data(), N, C);
     // residual2 = block_input + attproj.
     RETURN_IF_ERROR(matmul_->LinearBackward(
-        d.atty.data(), g(kAttnProjW), g(kAttnProjB), d.residual2.data(),
-        la.atty.data(), p(kAttnProjW), N, C, C));
-    AttentionBackward(d.qkv.data(), d.preatt.data(), d.att.data(),
-                      d.atty.data(), la.qkv.data(), la.att.data(), B, T, C, NH);
-    RETURN_IF_ERROR(matmul_->LinearBackward(d.ln1.data(), g(kQkvW), g(kQkvB),
-                                            d.qkv.data(), la.ln1.data(),
-                                            p(kQkvW), N, C, 3 * C));
+        d.atty.data(), 0.0f, g(kAttnProjW), g(kAttnProjB),
+        matmul_->Prepare(d.residual2.data(), N * C, a.dout16),
+        Operand{la.atty.data(), la.atty_16.data()}, pw(kAttnProjW), N, C, C));
+    Zero(d.qkv);
+    RETURN_IF_ERROR(
+        AttentionBackward(d.qkv.data(), a.att_scratch.data(), d.atty.data(),
+                          la.qkv.data(), la.att.data(), B, T, C, NH, mm_type,
+                          mm_type == DType::kF32 ? nullptr : la.qkv_16.data()));
+    RETURN_IF_ERROR(matmul_->LinearBackward(
+        d.ln1.data(), 0.0f, g(kQkvW), g(kQkvB),
+        matmul_->Prepare(d.qkv.data(), N * 3 * C, a.dout16),
+        Operand{la.ln1.data(), la.ln1_16.data()}, pw(kQkvW), N, C, 3 * C));
     std::copy(d.residual2.begin(), d.residual2.end(), a.dresidual.begin());
     LayerNormBackward(a.dresidual.data(), g(kLn1W), g(kLn1B), d.ln1.data(),
                       block_input, p(kLn1W), la.ln1_mean.data(),

@@ -75,7 +75,10 @@ class GptModel {
  public:
   // matmul_type kBF16 rounds both operands of every matmul to bf16 (the
   // products still accumulate in f32 and every other op stays f32); kF32 is
-  // exact f32 throughout.
+  // exact f32 throughout. The attention's per-head products are matmuls too.
+  // With kBF16 the weights are rounded once per Forward and Backward reuses
+  // that copy (hence params unchanged in between), as it reuses the forward's
+  // bf16 activations.
   explicit GptModel(const GptConfig& config, DType matmul_type = DType::kF32);
   ~GptModel();
   GptModel(const GptModel&) = delete;

@@ -2,23 +2,29 @@
 //
 // Plain functions on caller-owned, row-major float arrays, in the manner of
 // llm.c: B = batch, T = sequence length, C = channels, NH = attention heads,
-// V = vocabulary size, N = B * T rows. The matrix multiplications live
-// elsewhere (oneDNN); these are the remaining element-wise, normalisation,
-// attention and loss kernels of a GPT-2 block.
+// V = vocabulary size, N = B * T rows. The weight matrix multiplications live
+// in gpt.cc; these are the remaining element-wise, normalisation, attention
+// and loss kernels of a GPT-2 block. Attention runs its per-head products as
+// matmuls through compute::Gemm (oneDNN) on the calling thread; the other
+// kernels are explicit 16-lane vector loops (AVX-512 where the CPU has it,
+// chosen at load time), deterministic for a given machine.
 //
 // Contracts shared by every function:
 //  * Pointers are non-null and address at least the stated number of
 //    elements; outputs do not alias inputs unless a function says so.
 //  * Every backward ACCUMULATES (+=) into its gradient outputs, so the caller
-//    zeroes gradients once per step. Scratch gradients (AttentionBackward's
-//    dpreatt and datt) must be zero on entry.
+//    zeroes gradients once per step.
 //  * Token ids and targets lie in [0, V); positions use the first T rows of
 //    wpe.
-//  * Functions are reentrant and keep no state; no threads are started.
+//  * Functions are reentrant and keep no state (beyond compute::Gemm's
+//    per-thread primitive cache); no threads are started.
 #ifndef MULTISLICE_MODEL_GPT_OPS_H_
 #define MULTISLICE_MODEL_GPT_OPS_H_
 
 #include <cstdint>
+
+#include "common/dtype.h"
+#include "common/status.h"
 
 namespace multislice::model::gpt {
 
@@ -44,31 +50,65 @@ void LayerNormBackward(float* dinp, float* dweight, float* dbias,
                        int C);
 
 // GPT-2's tanh approximation:
-// out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+// out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), computed as the
+// identical x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)) (within 2 ulp).
 void GeluForward(float* out, const float* inp, std::int64_t n);
 // dinp += dout * d(out)/dx of the formula above.
 void GeluBackward(float* dinp, const float* inp, const float* dout,
                   std::int64_t n);
+// Fused forms for bf16 matmuls, saving a pass: GeluForward's values also
+// rounded to bf16 into out16 (out may be null: bf16 only); and the gradient
+// WRITTEN (=, not +=) to dinp, and rounded to bf16 into dinp16 when non-null.
+// Rounding is compute::Convert's (nearest even).
+void GeluForwardBf16(float* out, std::uint16_t* out16, const float* inp,
+                     std::int64_t n);
+void GeluBackwardOverwrite(float* dinp, std::uint16_t* dinp16, const float* inp,
+                           const float* dout, std::int64_t n);
+
+// y = x rounded to bf16 (nearest even, NaN kept a NaN), the operands of the
+// bf16 matmuls. With AVX512-BF16 (one instruction per 32 values) f32
+// subnormals (|x| < 2^-126) round to zero; otherwise as compute::Convert.
+void ToBf16(const float* x, std::uint16_t* y, std::int64_t n);
 
 // Causal multi-head self-attention. qkv[b,t,:] holds q (channels [0,C)),
 // k ([C,2C)) and v ([2C,3C)); head h uses channels [h*hs, (h+1)*hs) of each,
 // hs = C/NH (C must be divisible by NH). For query t and key t2 <= t:
-// preatt[b,h,t,t2] = q.k / sqrt(hs), att = softmax over t2 <= t,
+// s = q.k / sqrt(hs), att[b,h,t,t2] = softmax of s over t2 <= t,
 // out[b,t,h*hs+i] = sum_t2 att[b,h,t,t2] * v[b,t2,h*hs+i].
-// Entries with t2 > t of preatt and att are written as zero.
-void AttentionForward(float* out, float* preatt, float* att, const float* qkv,
-                      int B, int T, int C, int NH);
-// Accumulates into dqkv [B,T,3C]; dpreatt and datt [B,NH,T,T] are scratch
-// that must be zero on entry. att is the forward's saved softmax.
-void AttentionBackward(float* dqkv, float* dpreatt, float* datt,
-                       const float* dout, const float* qkv, const float* att,
-                       int B, int T, int C, int NH);
+// Entries with t2 > t of att are written as zero.
+//
+// Per (b, h) this is two matmuls, S = Q K^T / sqrt(hs) into att (then the
+// causal softmax in place) and O = P V into the head's columns of out, with
+// Q, K, V read in place from qkv. matmul_type kF32 keeps them exact f32;
+// kBF16 rounds their operands (Q, K, V and P) to bf16, accumulating in f32.
+// `scratch` holds AttentionScratchSize(B, T, C, matmul_type) floats. With
+// kBF16, qkv16 may give ToBf16(qkv) (e.g. kept from the forward for the
+// backward); otherwise qkv is rounded into scratch.
+// kInternal if a matmul fails.
+std::int64_t AttentionScratchSize(int B, int T, int C, DType matmul_type);
+Status AttentionForward(float* out, float* att, float* scratch,
+                        const float* qkv, int B, int T, int C, int NH,
+                        DType matmul_type = DType::kF32,
+                        const std::uint16_t* qkv16 = nullptr);
+// Accumulates into dqkv [B,T,3C] from dout [B,T,C]; att [B,NH,T,T] is the
+// forward's saved softmax. Per (b, h): dP = dO V^T, dV += P^T dO,
+// dS = P * (dP - rowsum(dP * P)), dQ += dS K / sqrt(hs),
+// dK += dS^T Q / sqrt(hs). Same scratch and matmul_type as the forward.
+Status AttentionBackward(float* dqkv, float* scratch, const float* dout,
+                         const float* qkv, const float* att, int B, int T,
+                         int C, int NH, DType matmul_type = DType::kF32,
+                         const std::uint16_t* qkv16 = nullptr);
 
 // out = a + b (out may alias a or b).
 void ResidualForward(float* out, const float* a, const float* b,
                      std::int64_t n);
 // da += dout; db += dout.
 void ResidualBackward(float* da, float* db, const float* dout, std::int64_t n);
+
+// out[r, :] += bias for each of the N rows of OC values.
+void BiasForward(float* out, const float* bias, std::int64_t N, int OC);
+// dbias += the column sums of dout [N, OC].
+void BiasBackward(float* dbias, const float* dout, std::int64_t N, int OC);
 
 // Per row i: probs[i,:] = softmax(logits[i,:]) (max-subtracted),
 // losses[i] = -log(probs[i, targets[i]]).

@@ -6,12 +6,17 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
+
+#include "common/dtype.h"
+#include "compute/elementwise.h"
 
 namespace multislice::model::gpt {
 namespace {
@@ -186,15 +191,92 @@ TEST(GptOpsTest, GeluBackwardMatchesFiniteDifferences) {
 }
 
 struct AttentionBuffers {
-  std::vector<float> out = std::vector<float>(kN * kC);
-  std::vector<float> preatt = std::vector<float>(kB * kNH * kT * kT);
-  std::vector<float> att = std::vector<float>(kB * kNH * kT * kT);
+  int B = kB, T = kT, C = kC, NH = kNH;
+  DType type = DType::kF32;
+  std::vector<float> out, att, scratch;
+
+  AttentionBuffers(int b = kB, int t = kT, int c = kC, int nh = kNH,
+                   DType matmul_type = DType::kF32)
+      : B(b), T(t), C(c), NH(nh), type(matmul_type) {
+    out.assign(static_cast<std::size_t>(B) * T * C, 0.0f);
+    att.assign(static_cast<std::size_t>(B) * NH * T * T, 0.0f);
+    scratch.assign(AttentionScratchSize(B, T, C, type), 0.0f);
+  }
 
   void Forward(const std::vector<float>& qkv) {
-    AttentionForward(out.data(), preatt.data(), att.data(), qkv.data(), kB, kT,
-                     kC, kNH);
+    ASSERT_TRUE(AttentionForward(out.data(), att.data(), scratch.data(),
+                                 qkv.data(), B, T, C, NH, type)
+                    .ok());
+  }
+  void Backward(std::vector<float>& dqkv, const std::vector<float>& dout,
+                const std::vector<float>& qkv) {
+    ASSERT_TRUE(AttentionBackward(dqkv.data(), scratch.data(), dout.data(),
+                                  qkv.data(), att.data(), B, T, C, NH, type)
+                    .ok());
   }
 };
+
+// The straightforward per-query loops (llm.c's attention) in double: the
+// reference for the matmul formulation. att rows are zero above the
+// diagonal; dqkv accumulates.
+void ReferenceAttention(const std::vector<float>& qkv,
+                        const std::vector<float>& dout, int B, int T, int C,
+                        int NH, std::vector<double>& out,
+                        std::vector<double>& att, std::vector<double>& dqkv) {
+  const int hs = C / NH;
+  const double scale = 1.0 / std::sqrt(double{1.0} * hs);
+  out.assign(static_cast<std::size_t>(B) * T * C, 0.0);
+  att.assign(static_cast<std::size_t>(B) * NH * T * T, 0.0);
+  dqkv.assign(qkv.size(), 0.0);
+  auto at = [&](int b, int t, int part, int h, int i) {
+    return ((static_cast<std::size_t>(b) * T + t) * 3 + part) * C + h * hs + i;
+  };
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      for (int t = 0; t < T; ++t) {
+        double* a = &att[((static_cast<std::size_t>(b) * NH + h) * T + t) * T];
+        double mx = -INFINITY;
+        for (int t2 = 0; t2 <= t; ++t2) {
+          double dot = 0.0;
+          for (int i = 0; i < hs; ++i) {
+            dot += double{qkv[at(b, t, 0, h, i)]} * qkv[at(b, t2, 1, h, i)];
+          }
+          a[t2] = dot * scale;
+          mx = std::max(mx, a[t2]);
+        }
+        double denom = 0.0;
+        for (int t2 = 0; t2 <= t; ++t2) {
+          a[t2] = std::exp(a[t2] - mx);
+          denom += a[t2];
+        }
+        for (int t2 = 0; t2 <= t; ++t2) a[t2] /= denom;
+        double* o = &out[(static_cast<std::size_t>(b) * T + t) * C + h * hs];
+        for (int t2 = 0; t2 <= t; ++t2) {
+          for (int i = 0; i < hs; ++i) o[i] += a[t2] * qkv[at(b, t2, 2, h, i)];
+        }
+        // Backward of this query.
+        const float* dy =
+            &dout[(static_cast<std::size_t>(b) * T + t) * C + h * hs];
+        std::vector<double> da(t + 1);
+        for (int t2 = 0; t2 <= t; ++t2) {
+          for (int i = 0; i < hs; ++i) {
+            da[t2] += double{dy[i]} * qkv[at(b, t2, 2, h, i)];
+            dqkv[at(b, t2, 2, h, i)] += a[t2] * dy[i];
+          }
+        }
+        double a_da = 0.0;
+        for (int t2 = 0; t2 <= t; ++t2) a_da += a[t2] * da[t2];
+        for (int t2 = 0; t2 <= t; ++t2) {
+          const double ds = a[t2] * (da[t2] - a_da) * scale;
+          for (int i = 0; i < hs; ++i) {
+            dqkv[at(b, t, 0, h, i)] += ds * qkv[at(b, t2, 1, h, i)];
+            dqkv[at(b, t2, 1, h, i)] += ds * qkv[at(b, t, 0, h, i)];
+          }
+        }
+      }
+    }
+  }
+}
 
 TEST(GptOpsTest, AttentionForwardMatchesReference) {
   const auto qkv = Random(kN * 3 * kC, 10, -2.0f, 2.0f);
@@ -278,10 +360,91 @@ TEST(GptOpsTest, AttentionBackwardMatchesFiniteDifferences) {
   };
   f();
   auto dqkv = Seeded(qkv.size());
-  std::vector<float> dpreatt(buf.preatt.size()), datt(buf.att.size());
-  AttentionBackward(dqkv.data(), dpreatt.data(), datt.data(), r.data(),
-                    qkv.data(), buf.att.data(), kB, kT, kC, kNH);
+  buf.Backward(dqkv, r, qkv);
   ExpectGradient(qkv, f, dqkv, "dqkv");
+}
+
+// The matmul formulation against the per-query loops, forward and backward,
+// on sizes whose rows are not multiples of the 16-lane vectors, and with
+// large scores (so that the softmax's max subtraction matters).
+TEST(GptOpsTest, AttentionMatchesLoopReference) {
+  struct Case {
+    int B, T, C, NH;
+    float range;
+  };
+  for (const Case& c : {Case{2, 37, 48, 3, 1.0f}, Case{1, 64, 64, 2, 2.0f},
+                        Case{2, 17, 24, 1, 4.0f}}) {
+    SCOPED_TRACE("B=" + std::to_string(c.B) + " T=" + std::to_string(c.T) +
+                 " C=" + std::to_string(c.C) + " NH=" + std::to_string(c.NH));
+    const auto qkv = Random(static_cast<std::size_t>(c.B) * c.T * 3 * c.C, 40,
+                            -c.range, c.range);
+    const auto dout =
+        Random(static_cast<std::size_t>(c.B) * c.T * c.C, 41, -1.0f, 1.0f);
+    std::vector<double> out, att, dqkv_ref;
+    ReferenceAttention(qkv, dout, c.B, c.T, c.C, c.NH, out, att, dqkv_ref);
+    AttentionBuffers buf(c.B, c.T, c.C, c.NH);
+    buf.Forward(qkv);
+    for (std::size_t i = 0; i < att.size(); ++i) {
+      const int t = static_cast<int>(i / c.T % c.T);
+      const int t2 = static_cast<int>(i % c.T);
+      if (t2 > t) {
+        ASSERT_EQ(buf.att[i], 0.0f) << "att[" << i << "] above the diagonal";
+      } else {
+        ASSERT_NEAR(buf.att[i], att[i], 1e-6 + 1e-5 * att[i]) << i;
+      }
+    }
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      ASSERT_NEAR(buf.out[i], out[i], 2e-5 + 1e-5 * std::fabs(out[i])) << i;
+    }
+    auto dqkv = Seeded(qkv.size());
+    buf.Backward(dqkv, dout, qkv);
+    for (std::size_t i = 0; i < dqkv.size(); ++i) {
+      ASSERT_NEAR(dqkv[i] - kGradSeed, dqkv_ref[i],
+                  2e-5 + 1e-4 * std::fabs(dqkv_ref[i]))
+          << i;
+    }
+
+    // bf16 operands: the same values to bf16's ~3 significant digits.
+    AttentionBuffers buf16(c.B, c.T, c.C, c.NH, DType::kBF16);
+    buf16.Forward(qkv);
+    double err = 0.0, norm = 0.0;
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      err += (buf16.out[i] - out[i]) * (buf16.out[i] - out[i]);
+      norm += out[i] * out[i];
+    }
+    EXPECT_LT(std::sqrt(err), 2e-2 * std::sqrt(norm));
+    for (std::size_t i = 0; i < att.size(); ++i) {
+      if (i % c.T > i / c.T % c.T) {
+        ASSERT_EQ(buf16.att[i], 0.0f);
+      }
+    }
+    auto dqkv16 = std::vector<float>(qkv.size(), 0.0f);
+    buf16.Backward(dqkv16, dout, qkv);
+    err = norm = 0.0;
+    for (std::size_t i = 0; i < dqkv16.size(); ++i) {
+      err += (dqkv16[i] - dqkv_ref[i]) * (dqkv16[i] - dqkv_ref[i]);
+      norm += dqkv_ref[i] * dqkv_ref[i];
+    }
+    EXPECT_LT(std::sqrt(err), 3e-2 * std::sqrt(norm));
+
+    // A caller's bf16 copy of qkv gives the same bits as rounding inside.
+    std::vector<std::uint16_t> qkv16(qkv.size());
+    ToBf16(qkv.data(), qkv16.data(), static_cast<std::int64_t>(qkv.size()));
+    AttentionBuffers given(c.B, c.T, c.C, c.NH, DType::kBF16);
+    ASSERT_TRUE(AttentionForward(given.out.data(), given.att.data(),
+                                 given.scratch.data(), qkv.data(), c.B, c.T,
+                                 c.C, c.NH, DType::kBF16, qkv16.data())
+                    .ok());
+    std::vector<float> dqkv_given(qkv.size(), 0.0f);
+    ASSERT_TRUE(AttentionBackward(dqkv_given.data(), given.scratch.data(),
+                                  dout.data(), qkv.data(), given.att.data(),
+                                  c.B, c.T, c.C, c.NH, DType::kBF16,
+                                  qkv16.data())
+                    .ok());
+    EXPECT_EQ(given.out, buf16.out);
+    EXPECT_EQ(given.att, buf16.att);
+    EXPECT_EQ(dqkv_given, dqkv16);
+  }
 }
 
 TEST(GptOpsTest, ResidualForwardAndBackward) {
@@ -359,6 +522,202 @@ TEST(GptOpsTest, CrossEntropySoftmaxBackwardMatchesFiniteDifferences) {
   CrossEntropySoftmaxBackward(dlogits.data(), r.data(), probs.data(),
                               kTargets.data(), kN, kV);
   ExpectGradient(logits, f, dlogits, "dlogits");
+}
+
+// The kernels run 16 lanes at a time with a masked tail: sizes with both
+// full vectors and a tail, checked against double references and finite
+// differences.
+TEST(GptOpsTest, VectorPathsMatchReferences) {
+  constexpr int kRows = 3, kWide = 40;
+  auto inp = Random(kRows * kWide, 30, -3.0f, 3.0f);
+  auto weight = Random(kWide, 31);
+  auto bias = Random(kWide, 32);
+  const auto r = Random(kRows * kWide, 33);
+  std::vector<float> out(inp.size()), mean(kRows), rstd(kRows);
+  auto f = [&] {
+    LayerNormForward(out.data(), mean.data(), rstd.data(), inp.data(),
+                     weight.data(), bias.data(), kRows, kWide);
+    return Dot(out, r);
+  };
+  f();
+  for (int row = 0; row < kRows; ++row) {
+    double mu = 0.0, var = 0.0;
+    for (int i = 0; i < kWide; ++i) mu += inp[row * kWide + i];
+    mu /= kWide;
+    for (int i = 0; i < kWide; ++i) {
+      var += (inp[row * kWide + i] - mu) * (inp[row * kWide + i] - mu);
+    }
+    const double s = 1.0 / std::sqrt(var / kWide + 1e-5);
+    for (int i = 0; i < kWide; ++i) {
+      EXPECT_NEAR(out[row * kWide + i],
+                  (inp[row * kWide + i] - mu) * s * weight[i] + bias[i], 1e-5);
+    }
+  }
+  auto dinp = Seeded(inp.size());
+  auto dweight = Seeded(weight.size());
+  auto dbias = Seeded(bias.size());
+  LayerNormBackward(dinp.data(), dweight.data(), dbias.data(), r.data(),
+                    inp.data(), weight.data(), mean.data(), rstd.data(), kRows,
+                    kWide);
+  ExpectGradient(inp, f, dinp, "layernorm dinp");
+  ExpectGradient(weight, f, dweight, "layernorm dweight");
+  ExpectGradient(bias, f, dbias, "layernorm dbias");
+
+  // Cross-entropy over 37 classes, with a large shift on one row.
+  constexpr int kClasses = 37;
+  auto logits = Random(kRows * kClasses, 34, -6.0f, 6.0f);
+  for (int v = 0; v < kClasses; ++v) logits[kClasses + v] += 500.0f;
+  const std::vector<std::int32_t> targets = {36, 0, 17};
+  std::vector<float> losses(kRows), probs(logits.size());
+  CrossEntropyForward(losses.data(), probs.data(), logits.data(),
+                      targets.data(), kRows, kClasses);
+  for (int row = 0; row < kRows; ++row) {
+    double mx = -INFINITY;
+    for (int v = 0; v < kClasses; ++v) {
+      mx = std::max(mx, double{logits[row * kClasses + v]});
+    }
+    double denom = 0.0;
+    for (int v = 0; v < kClasses; ++v) {
+      denom += std::exp(logits[row * kClasses + v] - mx);
+    }
+    for (int v = 0; v < kClasses; ++v) {
+      const double want = std::exp(logits[row * kClasses + v] - mx) / denom;
+      EXPECT_NEAR(probs[row * kClasses + v], want, 1e-6 + 1e-5 * want);
+    }
+    EXPECT_NEAR(losses[row],
+                std::log(denom) - (logits[row * kClasses + targets[row]] - mx),
+                1e-5);
+  }
+  const auto rl = Random(kRows, 35);
+  auto ce = [&] {
+    CrossEntropyForward(losses.data(), probs.data(), logits.data(),
+                        targets.data(), kRows, kClasses);
+    return Dot(losses, rl);
+  };
+  ce();
+  auto dlogits = Seeded(logits.size());
+  CrossEntropySoftmaxBackward(dlogits.data(), rl.data(), probs.data(),
+                              targets.data(), kRows, kClasses);
+  // The shifted row against the formula (its finite differences would be
+  // swamped by the ~3e-5 spacing of floats near 500).
+  for (int v = 0; v < kClasses; ++v) {
+    EXPECT_NEAR(dlogits[kClasses + v] - kGradSeed,
+                rl[1] * (probs[kClasses + v] - (v == targets[1] ? 1.0 : 0.0)),
+                1e-6);
+  }
+
+  // Residual and bias kernels.
+  const auto a = Random(67, 36), b = Random(67, 37);
+  std::vector<float> sum(67);
+  ResidualForward(sum.data(), a.data(), b.data(), 67);
+  for (int i = 0; i < 67; ++i) EXPECT_EQ(sum[i], a[i] + b[i]);
+  std::vector<float> rows = a;
+  BiasForward(rows.data(), b.data(), 1, 67);
+  for (int i = 0; i < 67; ++i) EXPECT_EQ(rows[i], a[i] + b[i]);
+  std::vector<float> col(33, 1.0f);
+  const auto m = Random(2 * 33, 38);
+  BiasBackward(col.data(), m.data(), 2, 33);
+  for (int i = 0; i < 33; ++i) EXPECT_EQ(col[i], (1.0f + m[i]) + m[33 + i]);
+}
+
+// GELU over a wide range (tiny, ordinary, large and huge inputs, lengths
+// with a tail) against double, to float precision. The reference uses the
+// identity 0.5 x (1 + tanh u) = x / (1 + exp(-2u)), which, unlike 1 + tanh u,
+// keeps its relative accuracy for negative x (where the result is tiny).
+TEST(GptOpsTest, GeluIsAccurateOverWideRange) {
+  std::vector<float> inp;
+  for (float x : {0.0f, 1e-30f, -1e-30f, 1e-8f, -1e-8f, 1e-3f, -1e-3f, 30.0f,
+                  -30.0f, 1e6f, -1e6f, 1e20f, -1e20f}) {
+    inp.push_back(x);
+  }
+  for (int i = 0; i <= 200; ++i) inp.push_back(-10.0f + 0.1f * i);
+  std::vector<float> out(inp.size());
+  const auto n = static_cast<std::int64_t>(inp.size());
+  GeluForward(out.data(), inp.data(), n);
+  const double k = std::sqrt(2.0 / std::acos(-1.0));
+  for (std::size_t i = 0; i < inp.size(); ++i) {
+    const double x = inp[i];
+    const double u = k * (x + 0.044715 * x * x * x);
+    const double s = 1.0 / (1.0 + std::exp(-2.0 * u));
+    const double y = x * s;
+    // Rounding u to float alone moves exp(-2u) by ~1e-7 |2u| relative.
+    EXPECT_NEAR(out[i], y, 1e-37 + 1e-6 * (1.0 + std::fabs(u)) * std::fabs(y))
+        << "x=" << x;
+    const double du = k * (1.0 + 3.0 * 0.044715 * x * x);
+    const double dy = s + x * 2.0 * s * (1.0 - s) * du;
+    std::vector<float> dinp = {0.5f}, one = {1.0f};
+    GeluBackward(dinp.data(), &inp[i], one.data(), 1);
+    ASSERT_TRUE(std::isfinite(dinp[0])) << "x=" << x;
+    EXPECT_NEAR(dinp[0] - 0.5, dy, 1e-6 + 1e-5 * std::fabs(dy)) << "x=" << x;
+  }
+  // The whole array at once takes the vector path and gives the same values.
+  std::vector<float> dinp(inp.size(), 0.0f), ones(inp.size(), 1.0f);
+  GeluBackward(dinp.data(), inp.data(), ones.data(), n);
+  for (std::size_t i = 0; i < inp.size(); ++i) {
+    std::vector<float> one_grad = {0.0f}, one = {1.0f};
+    GeluBackward(one_grad.data(), &inp[i], one.data(), 1);
+    EXPECT_EQ(dinp[i], one_grad[0]) << "x=" << inp[i];
+  }
+}
+
+// ToBf16 rounds as compute::Convert does (nearest even, NaN kept a NaN) for
+// every non-subnormal value, at lengths with a tail; subnormals give a value
+// no larger in magnitude than the smallest normal.
+TEST(GptOpsTest, ToBf16MatchesConvert) {
+  std::vector<float> x = Random(100, 50, -1e3f, 1e3f);
+  for (std::uint32_t bits : {0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x7f7fffffu,
+                             0x7f800000u, 0xff800000u, 0x7fc00001u, 0xffa00000u,
+                             0x00800000u, 0x80000000u, 0x0u}) {
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    x.push_back(f);
+  }
+  for (const std::size_t n :
+       {x.size(), std::size_t{37}, std::size_t{16}, std::size_t{5}}) {
+    std::vector<std::uint16_t> got(n, 0xdead), want(n), guard(n + 3, 0xbeef);
+    ToBf16(x.data(), got.data(), static_cast<std::int64_t>(n));
+    compute::Convert(DType::kF32, x.data(), DType::kBF16, want.data(), n);
+    for (std::size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(got[i], want[i]) << "n=" << n << " i=" << i << " x=" << x[i];
+    }
+    // Nothing past n is written.
+    ToBf16(x.data(), guard.data(), static_cast<std::int64_t>(n));
+    for (std::size_t i = n; i < guard.size(); ++i) EXPECT_EQ(guard[i], 0xbeef);
+  }
+  const float subnormal = 1e-40f;
+  std::uint16_t h = 0xffff;
+  ToBf16(&subnormal, &h, 1);
+  EXPECT_LE(h & 0x7fffu, 0x0080u);
+}
+
+// The fused bf16 forms give the plain kernels' values, and their bf16
+// copies round as compute::Convert does.
+TEST(GptOpsTest, FusedGeluFormsMatchPlainOnes) {
+  for (const std::size_t n : {std::size_t{45}, std::size_t{64}}) {
+    const auto x = Random(n, 60, -6.0f, 6.0f);
+    const auto dy = Random(n, 61);
+    const auto len = static_cast<std::int64_t>(n);
+    std::vector<float> y(n), y2(n);
+    std::vector<std::uint16_t> y16(n), y16_only(n), want16(n);
+    GeluForward(y.data(), x.data(), len);
+    GeluForwardBf16(y2.data(), y16.data(), x.data(), len);
+    GeluForwardBf16(nullptr, y16_only.data(), x.data(), len);
+    compute::Convert(DType::kF32, y.data(), DType::kBF16, want16.data(), n);
+    std::vector<float> dx(n, 0.0f), dx2(n, 7.0f), dx3(n, 7.0f);
+    std::vector<std::uint16_t> dx16(n), dwant16(n);
+    GeluBackward(dx.data(), x.data(), dy.data(), len);
+    GeluBackwardOverwrite(dx2.data(), dx16.data(), x.data(), dy.data(), len);
+    GeluBackwardOverwrite(dx3.data(), nullptr, x.data(), dy.data(), len);
+    compute::Convert(DType::kF32, dx.data(), DType::kBF16, dwant16.data(), n);
+    for (std::size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(y2[i], y[i]) << i;
+      EXPECT_EQ(y16[i], want16[i]) << i;
+      EXPECT_EQ(y16_only[i], want16[i]) << i;
+      EXPECT_EQ(dx2[i], dx[i]) << i;
+      EXPECT_EQ(dx3[i], dx[i]) << i;
+      EXPECT_EQ(dx16[i], dwant16[i]) << i;
+    }
+  }
 }
 
 }  // namespace

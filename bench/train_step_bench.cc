@@ -1,0 +1,246 @@
+// One device's GPT-2 training step (forward, backward, gradient clipping and
+// AdamW) timed at a few model sizes, against the bf16 2048^3 matmul peak of
+// the same run: MFU = achieved GFLOP/s / peak GFLOP/s.
+//
+// FLOPs per step: 6 * tokens * (L * (4C^2 + 2C * mlp) + C * V) for the
+// weight matmuls (forward 2x, backward 4x) plus 12 * L * T * C * tokens for
+// attention (the full T x T scores, as the GEMMs compute them).
+//
+// Usage: train_step_bench [--steps N] [--peak_reps N] [--f32] [--attention]
+//                         [--only B,T,C,NH,mlp,L]
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bench/peak.h"
+#include "common/dtype.h"
+#include "compute/matmul.h"
+#include "model/adamw.h"
+#include "model/gpt.h"
+#include "model/gpt_ops.h"
+
+namespace {
+
+using multislice::DType;
+namespace gpt = multislice::model::gpt;
+namespace model = multislice::model;
+
+struct Size {
+  int B, T, C, NH, mlp, L;
+};
+
+double StepFlops(const gpt::GptConfig& c, int B, int T) {
+  const double tokens = double{1} * B * T;
+  const double C = c.emb_dim, H = c.mlp_dim, V = c.vocab_size, L = c.num_layers;
+  return 6.0 * tokens * (L * (4 * C * C + 2 * C * H) + C * V) +
+         12.0 * L * T * C * tokens;
+}
+
+double ThreadCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) +
+         1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+struct StepTime {
+  double wall = 0;  // median seconds of one step
+  double cpu = 0;   // median CPU seconds of the calling thread per step
+};
+
+// Medians over `steps` timed steps (after two warm-ups).
+StepTime TimeStep(const Size& s, DType matmul_type, int steps) {
+  gpt::GptConfig c;
+  c.vocab_size = 256;
+  c.max_seq_len = s.T;
+  c.emb_dim = s.C;
+  c.num_heads = s.NH;
+  c.num_layers = s.L;
+  c.mlp_dim = s.mlp;
+  const int64_t n = gpt::NumParameters(c);
+  std::vector<float> params(n), grads(n), m(n, 0.0f), v(n, 0.0f);
+  gpt::InitParameters(c, 1, params.data());
+  const std::vector<uint8_t> mask = gpt::WeightDecayMask(c);
+  std::vector<int32_t> tokens(int64_t{s.B} * s.T), targets(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>((i * 7919u + 13u) % 256u);
+    targets[i] = static_cast<int32_t>((i * 104729u + 7u) % 256u);
+  }
+  gpt::GptModel gm(c, matmul_type);
+  std::vector<double> times, cpu_times;
+  for (int step = 1; step <= steps + 2; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double c0 = ThreadCpuSeconds();
+    auto loss =
+        gm.Forward(params.data(), tokens.data(), targets.data(), s.B, s.T);
+    if (!loss.ok()) {
+      std::fprintf(stderr, "forward: %s\n", loss.status().message().c_str());
+      std::exit(1);
+    }
+    std::fill(grads.begin(), grads.end(), 0.0f);
+    auto st = gm.Backward(params.data(), grads.data());
+    if (!st.ok()) {
+      std::fprintf(stderr, "backward: %s\n", st.message().c_str());
+      std::exit(1);
+    }
+    const float scale =
+        model::ClipScale(model::GlobalNorm(grads.data(), n), 1.0f);
+    if (scale != 1.0f) {
+      for (float& g : grads) g *= scale;
+    }
+    model::AdamWOptions opt;
+    opt.lr = 1e-4f;
+    model::AdamWUpdate(params.data(), grads.data(), m.data(), v.data(), n, opt,
+                       step, mask.data());
+    const auto t1 = std::chrono::steady_clock::now();
+    const double c1 = ThreadCpuSeconds();
+    if (step > 2) {
+      times.push_back(std::chrono::duration<double>(t1 - t0).count());
+      cpu_times.push_back(c1 - c0);
+    }
+  }
+  std::sort(times.begin(), times.end());
+  std::sort(cpu_times.begin(), cpu_times.end());
+  return {times[times.size() / 2], cpu_times[cpu_times.size() / 2]};
+}
+
+// Median CPU seconds of one layer's attention forward and backward.
+std::pair<double, double> TimeAttention(const Size& s, DType matmul_type,
+                                        int reps) {
+  const int64_t N = int64_t{s.B} * s.T;
+  std::vector<float> qkv(N * 3 * s.C), out(N * s.C), dout(N * s.C),
+      dqkv(N * 3 * s.C), att(int64_t{s.B} * s.NH * s.T * s.T),
+      scratch(gpt::AttentionScratchSize(s.B, s.T, s.C, matmul_type));
+  for (size_t i = 0; i < qkv.size(); ++i) {
+    qkv[i] =
+        0.01f * static_cast<float>(static_cast<int>(i * 7919u % 201u) - 100);
+  }
+  for (size_t i = 0; i < dout.size(); ++i) {
+    dout[i] =
+        1e-3f * static_cast<float>(static_cast<int>(i * 104729u % 201u) - 100);
+  }
+  std::vector<double> fwd, bwd;
+  for (int r = 0; r < reps + 1; ++r) {
+    const double c0 = ThreadCpuSeconds();
+    if (!gpt::AttentionForward(out.data(), att.data(), scratch.data(),
+                               qkv.data(), s.B, s.T, s.C, s.NH, matmul_type)
+             .ok()) {
+      std::exit(1);
+    }
+    const double c1 = ThreadCpuSeconds();
+    if (!gpt::AttentionBackward(dqkv.data(), scratch.data(), dout.data(),
+                                qkv.data(), att.data(), s.B, s.T, s.C, s.NH,
+                                matmul_type)
+             .ok()) {
+      std::exit(1);
+    }
+    const double c2 = ThreadCpuSeconds();
+    if (r > 0) {
+      fwd.push_back(c1 - c0);
+      bwd.push_back(c2 - c1);
+    }
+  }
+  std::sort(fwd.begin(), fwd.end());
+  std::sort(bwd.begin(), bwd.end());
+  return {fwd[fwd.size() / 2], bwd[bwd.size() / 2]};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int steps = 10, peak_reps = 10;
+  bool attention = false;  // also time one layer's attention alone
+  DType matmul_type = DType::kBF16;
+  std::vector<Size> sizes = {
+      {8, 128, 256, 4, 1024, 4}, {16, 128, 256, 4, 1024, 4},
+      {8, 128, 384, 6, 1536, 4}, {16, 128, 384, 6, 1536, 4},
+      {8, 128, 512, 8, 2048, 4}, {16, 128, 512, 8, 2048, 4},
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--steps" && i + 1 < argc) {
+      steps = std::atoi(argv[++i]);
+    } else if (arg == "--peak_reps" && i + 1 < argc) {
+      peak_reps = std::atoi(argv[++i]);
+    } else if (arg == "--attention") {
+      attention = true;
+    } else if (arg == "--f32") {
+      matmul_type = DType::kF32;
+    } else if (arg == "--only" && i + 1 < argc) {
+      Size s{};
+      if (std::sscanf(argv[++i], "%d,%d,%d,%d,%d,%d", &s.B, &s.T, &s.C, &s.NH,
+                      &s.mlp, &s.L) != 6) {
+        std::fprintf(stderr, "--only wants B,T,C,NH,mlp,L\n");
+        return 2;
+      }
+      sizes = {s};
+    } else {
+      std::fprintf(
+          stderr,
+          "usage: %s [--steps N] [--peak_reps N] [--f32] [--attention] "
+          "[--only B,T,C,NH,mlp,L]\n",
+          argv[0]);
+      return 2;
+    }
+  }
+  steps = std::max(steps, 1);
+  multislice::compute::SetSingleThreaded();
+  multislice::compute::GemmDesc peak_desc;
+  peak_desc.m = peak_desc.n = peak_desc.k = 2048;
+  peak_desc.ab_type = DType::kBF16;
+  peak_desc.c_type = DType::kF32;
+  // The peak is measured again next to every size, so that both see the same
+  // load on this shared host; per CPU second as well as per wall second
+  // (the CPU-time rates, step and peak alike, are the steadier comparison
+  // when other processes share the cores: cpu_share below 1).
+  std::printf(
+      "matmuls %s, median of %d steps; peak = bf16 2048^3 matmul "
+      "measured just before each row\n",
+      matmul_type == DType::kBF16 ? "bf16" : "f32", steps);
+  std::printf(
+      "%4s %4s %5s %3s %5s %2s %10s %8s %8s %8s %8s %6s %6s %6s %7s %7s\n", "B",
+      "T", "C", "NH", "mlp", "L", "GFLOP/step", "ms/step", "cpu_ms", "GFLOP/s",
+      "cpuGF/s", "peak", "cpuPk", "share", "MFU", "cpuMFU");
+  for (const Size& s : sizes) {
+    gpt::GptConfig c;
+    c.emb_dim = s.C;
+    c.mlp_dim = s.mlp;
+    c.num_layers = s.L;
+    const double flops = StepFlops(c, s.B, s.T);
+    auto peak = multislice::bench::MeasureMatmulPeak(peak_desc, peak_reps);
+    if (!peak.ok()) {
+      std::fprintf(stderr, "peak: %s\n", peak.status().message().c_str());
+      return 1;
+    }
+    const double peak_cpu = peak->median_gflops / peak->cpu_share;
+    const StepTime st = TimeStep(s, matmul_type, steps);
+    const double gflops = flops / st.wall * 1e-9;
+    const double cpu_gflops = flops / st.cpu * 1e-9;
+    std::printf(
+        "%4d %4d %5d %3d %5d %2d %10.2f %8.2f %8.2f %8.1f %8.1f %6.0f %6.0f "
+        "%6.2f %6.1f%% %6.1f%%\n",
+        s.B, s.T, s.C, s.NH, s.mlp, s.L, flops * 1e-9, st.wall * 1e3,
+        st.cpu * 1e3, gflops, cpu_gflops, peak->median_gflops, peak_cpu,
+        peak->cpu_share, 100.0 * gflops / peak->median_gflops,
+        100.0 * cpu_gflops / peak_cpu);
+    if (attention) {
+      const auto [fwd, bwd] = TimeAttention(s, matmul_type, steps);
+      const double att_flops = 4.0 * s.B * double{1} * s.T * s.T * s.C;
+      std::printf(
+          "     attention of one layer: forward %.2f ms (%.1f GFLOP/s), "
+          "backward %.2f ms (%.1f GFLOP/s); x%d layers = %.1f%% of the step\n",
+          fwd * 1e3, att_flops / fwd * 1e-9, bwd * 1e3,
+          2 * att_flops / bwd * 1e-9, s.L, 100.0 * s.L * (fwd + bwd) / st.cpu);
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
