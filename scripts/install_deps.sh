@@ -9,6 +9,7 @@ packages=(
   cmake ninja-build g++ pkg-config   # build
   libgtest-dev                       # tests
   libgloo-dev libhiredis-dev         # DCN transport and its Redis store
+  libcpp-httplib-dev libsqlite3-dev  # control plane: HTTP API, state store
   redis-server                       # the redis:// rendezvous store
   libcli11-dev nlohmann-json3-dev    # command line, JSON
   libdnnl-dev                        # matmul kernels (oneDNN)

@@ -1,0 +1,93 @@
+// `multislice admin`: operator tools of the control plane. `fail-host HOST`
+// injects a host failure (the controller treats the host as lost and
+// repairs its queued resource); `hosts` lists the registered hosts.
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/control_client.h"
+#include "cli/flags.h"
+
+namespace multislice::cli {
+namespace {
+
+struct AdminFlags {
+  ControllerFlags connection;
+  std::string host;
+};
+
+int Fail(const std::string& cmd, const Status& s) {
+  std::fprintf(stderr, "multislice admin %s: %s\n", cmd.c_str(),
+               s.message().c_str());
+  return ExitCodeFor(s);
+}
+
+int RunFailHost(const AdminFlags& f) {
+  Result<control::ApiClient> client = MakeControllerClient(f.connection);
+  if (!client.ok()) return Fail("fail-host", client.status());
+  Result<control::HttpResponse> r =
+      client->Call("POST", "/internal/v1/hosts/" + f.host + ":fail");
+  if (!r.ok()) return Fail("fail-host", r.status());
+  if (r->status != 200) {
+    return Fail("fail-host", control::ErrorFromResponse(*r));
+  }
+  const std::string qr = r->body.value("queuedResource", "");
+  std::printf("host %s marked lost%s\n",
+              r->body.value("hostId", f.host).c_str(),
+              qr.empty() ? " (it ran no queued resource)"
+                         : ("; repairing " + qr).c_str());
+  return 0;
+}
+
+int RunHosts(const AdminFlags& f) {
+  Result<control::ApiClient> client = MakeControllerClient(f.connection);
+  if (!client.ok()) return Fail("hosts", client.status());
+  Result<control::HttpResponse> r = client->Call("GET", "/internal/v1/hosts");
+  if (!r.ok()) return Fail("hosts", r.status());
+  if (r->status != 200) return Fail("hosts", control::ErrorFromResponse(*r));
+  std::printf("%-10s %-14s %-22s %-6s %s\n", "HOST", "TYPE", "AGENT", "STATE",
+              "QUEUED_RESOURCE");
+  for (const auto& h : r->body.value("hosts", nlohmann::json::array())) {
+    std::string qr = h.value("queuedResource", "");
+    qr = qr.substr(qr.rfind('/') + 1);
+    std::printf("%-10s %-14s %-22s %-6s %s\n", h.value("id", "").c_str(),
+                h.value("acceleratorType", "").c_str(),
+                h.value("agentAddress", "").c_str(),
+                h.value("lost", false) ? "LOST" : "OK",
+                qr.empty() ? "-" : qr.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddAdminCommand(CLI::App& root, CommandTable& table) {
+  CLI::App* admin =
+      root.add_subcommand("admin", "Operator tools of the control plane.");
+  admin->require_subcommand(1);
+  auto fail_flags = std::make_shared<AdminFlags>();
+  CLI::App* fail = admin->add_subcommand(
+      "fail-host",
+      "Injects a host failure: the controller treats HOST (its id, agent "
+      "address or hostname) as lost, as if its heartbeats had stopped, and "
+      "repairs the queued resource that used it.\n"
+      "Example:\n"
+      "  multislice admin fail-host host-2");
+  fail->add_option("HOST", fail_flags->host, "Host id, e.g. host-2.")
+      ->required();
+  AddControllerFlags(fail, &fail_flags->connection);
+  table[fail] = [fail_flags] { return RunFailHost(*fail_flags); };
+
+  auto hosts_flags = std::make_shared<AdminFlags>();
+  CLI::App* hosts = admin->add_subcommand(
+      "hosts",
+      "Lists the registered hosts, their state and queued resource.\n"
+      "Example:\n"
+      "  multislice admin hosts");
+  AddControllerFlags(hosts, &hosts_flags->connection);
+  table[hosts] = [hosts_flags] { return RunHosts(*hosts_flags); };
+}
+
+}  // namespace multislice::cli

@@ -1,0 +1,118 @@
+// `multislice queued-resources ssh`: runs a command on chosen workers of a
+// queued resource through their agents (control/agent/ssh.h).
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/control_client.h"
+#include "cli/flags.h"
+#include "control/agent/remote_exec.h"
+#include "control/agent/selection.h"
+#include "control/agent/ssh.h"
+
+namespace multislice::cli {
+namespace {
+
+constexpr const char* kName = "multislice queued-resources ssh";
+
+struct SshFlags {
+  std::string queued_resource;
+  std::string node = "all";
+  std::string worker = "all";
+  std::string command;
+  int batch_size = 0;
+  int batch_wait_seconds = 10;
+  ControllerFlags controller;
+};
+
+int Fail(int code, const std::string& message) {
+  std::fprintf(stderr, "%s: %s\n", kName, message.c_str());
+  return code;
+}
+
+int RunSshCommand(const SshFlags& flags) {
+  control::SshOptions options;
+  options.queued_resource = flags.queued_resource;
+  auto nodes = control::ParseSelection(flags.node, "--node");
+  if (!nodes.ok()) return Fail(2, nodes.status().message());
+  auto workers = control::ParseSelection(flags.worker, "--worker");
+  if (!workers.ok()) return Fail(2, workers.status().message());
+  options.nodes = *nodes;
+  options.workers = *workers;
+  if (flags.command.empty()) return Fail(2, "--command: empty");
+  options.command = flags.command;
+  if (flags.batch_size < 0) {
+    return Fail(2, "--batch-size: expected at least 0 (0: all at once), got " +
+                       std::to_string(flags.batch_size));
+  }
+  options.batch_size = flags.batch_size;
+  if (flags.batch_wait_seconds < 1 || flags.batch_wait_seconds > 86400) {
+    return Fail(2, "--batch-wait: expected 1 to 86400 seconds, got " +
+                       std::to_string(flags.batch_wait_seconds));
+  }
+  options.batch_wait = std::chrono::seconds(flags.batch_wait_seconds);
+  if (flags.queued_resource.empty() || flags.queued_resource.size() > 128 ||
+      flags.queued_resource.find_first_not_of(
+          "abcdefghijklmnopqrstuvwxyz0123456789-") != std::string::npos) {
+    return Fail(2, "QR: '" + flags.queued_resource +
+                       "' is not a queued resource id (1 to 128 of [a-z0-9-])");
+  }
+  auto access = control::ResolveControllerAccess(flags.controller.controller,
+                                                 flags.controller.token_file);
+  if (!access.ok()) return Fail(2, access.status().message());
+  options.controller_url = access->url;
+  options.token = access->token;
+  options.cancel = control::CancelOnInterrupt();
+
+  auto code = control::RunSsh(options);
+  if (!code.ok())
+    return Fail(ExitCodeFor(code.status()), code.status().message());
+  return *code;
+}
+
+}  // namespace
+
+void AddQueuedResourcesSshCommand(CLI::App& queued_resources,
+                                  CommandTable& table) {
+  CLI::App* cmd = queued_resources.add_subcommand(
+      "ssh",
+      "Runs COMMAND (with bash -c, in the worker's directory and with its "
+      "startup-script environment) on the chosen workers of a queued "
+      "resource, through their hosts' agents. Every output line is printed "
+      "as '[node N worker W] line'. Exits with the first non-zero exit code "
+      "of a worker, in the order they finished (255 when an agent cannot be "
+      "reached), or 0 when all succeed.\n"
+      "Batches: with --batch-size B, at most B workers run at once. A "
+      "command that waits for every worker (a training job) would deadlock "
+      "in batches, so when --batch-wait seconds pass without any worker of "
+      "the running batch finishing while others still wait to start, one "
+      "line says so and all the remaining workers start at once.\n"
+      "Example:\n"
+      "  multislice queued-resources ssh my-qr --node=all --worker=all "
+      "--command 'hostname; echo $MEGASCALE_SLICE_ID' "
+      "--controller http://127.0.0.1:8470 --token-file ~/.multislice/token");
+  auto flags = std::make_shared<SshFlags>();
+  cmd->add_option("QR", flags->queued_resource, "The queued resource's id.")
+      ->required();
+  AddStringFlag(cmd, "node", &flags->node,
+                "Nodes (slices) by index: all, i, i,j or a-b.")
+      ->capture_default_str();
+  AddStringFlag(cmd, "worker", &flags->worker,
+                "Workers within each node: all, i, i,j or a-b.")
+      ->capture_default_str();
+  AddStringFlag(cmd, "command", &flags->command,
+                "The shell command to run on each worker.")
+      ->required();
+  AddIntFlag(cmd, "batch_size", &flags->batch_size,
+             "Workers running at once; 0: all.")
+      ->capture_default_str();
+  AddIntFlag(cmd, "batch_wait", &flags->batch_wait_seconds,
+             "Seconds without a worker finishing after which all waiting "
+             "workers start (see above).")
+      ->capture_default_str();
+  AddControllerFlags(cmd, &flags->controller);
+  table[cmd] = [flags] { return RunSshCommand(*flags); };
+}
+
+}  // namespace multislice::cli

@@ -1,0 +1,95 @@
+// `multislice run`: MaxText's multihost_runner.py (spec section 4.3) over
+// the host agents of an existing queued resource.
+//
+// RunOnWorkers lists the queued resource's workers with the controller,
+// then, through each worker's agent:
+//  1. packs the script directory into a tar.gz (spawning `tar` with an
+//     argv), unless use_existing_folder;
+//  2. stops what an earlier `run` left on the workers: every exec tagged
+//     kRunTagPrefix... (POST /agent/v1/workers/{name}/execs:stop), waiting
+//     for them to exit;
+//  3. uploads the archive (PUT /agent/v1/workers/{name}/files) and unpacks
+//     it into `<worker directory>/<run_name>/` (files already there and
+//     not in the archive stay); with use_existing_folder that folder must
+//     already exist;
+//  4. starts the command on every worker at once (POST /agent/v1/exec with
+//     the worker's environment, cwd the unpacked folder, tag
+//     kRunTagPrefix + run_name, and MULTISLICE_RUN_NAME set);
+//  5. writes each worker's output to
+//     `<output_dir>/<run_name>/output_slice_SSSS_worker_WWWW.txt` (slice =
+//     node index), echoes slice 0 worker 0's output to `out`, and prints
+//     `Completed c/t, slice S worker W still working...` on `err` while it
+//     waits (redrawn in place on a terminal, else every progress_interval);
+//  6. on the first worker that exits with a non-zero code (or whose agent
+//     is lost: 255), stops every other worker's command, prints one line
+//     naming the slice, worker and exit code, and returns that code. 0 when
+//     every worker succeeds; 130 when `cancel` is set (the commands are
+//     stopped first).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "common/status.h"
+#include "control/http.h"
+
+namespace multislice::control {
+
+// Every exec a `run` starts is tagged with this prefix + the run name; a
+// later run stops every exec of the worker tagged with the prefix.
+inline constexpr const char* kRunTagPrefix = "multislice-run/";
+
+struct RunOptions {
+  std::string controller_url;  // "http://HOST:PORT"
+  std::string token;
+  // Which queued resource: its id, or (when empty) the one whose nodes are
+  // named `{tpu_prefix}-0, -1, ...` or whose single node is `{tpu_prefix}`
+  // (see FindQueuedResourceByPrefix).
+  std::string queued_resource;
+  std::string tpu_prefix;
+  std::string project = "local";  // where tpu_prefix is looked up
+  std::string command;            // run as `bash -c command` on each worker
+  std::string script_dir = ".";
+  std::string run_name;  // ValidRunName
+  bool use_existing_folder = false;
+  std::string output_dir = ".";  // <output_dir>/<run_name>/ gets the logs
+  std::chrono::milliseconds http_timeout{10000};
+  std::chrono::milliseconds poll_interval{100};
+  // An agent that stops answering for this long fails its worker (255).
+  std::chrono::milliseconds agent_lost_after{15000};
+  // Without a terminal: how often the progress line is printed.
+  std::chrono::milliseconds progress_interval{3000};
+  // SIGTERM to SIGKILL when commands are stopped.
+  std::chrono::milliseconds stop_grace{2000};
+  // Bounds packing, and unpacking on each worker.
+  std::chrono::milliseconds setup_timeout{300000};
+  FILE* out = stdout;     // slice 0 worker 0's output
+  FILE* err = stderr;     // progress and messages
+  bool terminal = false;  // `err` is a terminal: redraw the progress line
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+// 1 to 100 of [A-Za-z0-9._-], starting with a letter or digit.
+bool ValidRunName(const std::string& name);
+
+// The default run name: the UTC time as YYYY-MM-DD-HH-MM-SS (MaxText's).
+std::string DefaultRunName(std::chrono::system_clock::time_point now);
+
+// The id of the queued resource of `project` (any zone) whose nodes are
+// `{prefix}-0 ... {prefix}-{n-1}` (its node_id_prefix, which defaults to its
+// id) or whose single node is `{prefix}` (its node_id). NotFound when none
+// is; InvalidArgument naming them when several are.
+Result<std::string> FindQueuedResourceByPrefix(const ApiClient& controller,
+                                               const std::string& project,
+                                               const std::string& prefix);
+
+// Runs the command as described above. Returns the exit code, or an error
+// before any command started: bad options (InvalidArgument), the
+// controller or an agent unreachable (Unavailable), an unknown queued
+// resource (NotFound), a missing folder with use_existing_folder
+// (NotFound), packing, copying or unpacking failed.
+Result<int> RunOnWorkers(const RunOptions& options);
+
+}  // namespace multislice::control

@@ -1,0 +1,146 @@
+// The queued-resource model of the Cloud TPU v2alpha1 API (spec 4.1): the
+// request body as users send it, its validation, and the records the
+// controller keeps and answers with.
+//
+// Input accepts Google's JSON mapping in both spellings (`node_spec` and
+// `nodeSpec`); everything is stored and answered in camelCase. Errors are
+// kInvalidArgument naming the field in snake_case (`tpu.node_spec[0].
+// multi_node_params.node_count`), and for malformed JSON the line and column.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace multislice::control {
+
+enum class QrState {
+  kCreating,
+  kAccepted,
+  kWaitingForResources,
+  kProvisioning,
+  kActive,
+  kSuspending,
+  kSuspended,
+  kFailed,
+  kDeleting,
+};
+std::string StateName(QrState state);
+Result<QrState> ParseStateName(std::string_view name);
+
+// Capacity tiers, in priority order.
+enum class Tier { kReserved = 0, kOnDemand = 1, kSpot = 2, kBestEffort = 3 };
+inline constexpr int kNumTiers = 4;
+std::string TierName(Tier tier);  // "reserved", "on-demand", "spot", ...
+Result<Tier> ParseTierName(std::string_view name);
+
+// Bounds on user input.
+inline constexpr int kMaxNodeCount = 256;
+inline constexpr size_t kMaxStringBytes = 1024;
+inline constexpr size_t kMaxStartupScriptBytes = 256 * 1024;
+inline constexpr size_t kMaxListEntries = 64;
+
+// `^[A-Za-z0-9_.~+%-]+$`, at most 63 characters... (spec: the pattern; we
+// also bound the length to kMaxStringBytes).
+bool ValidResourceId(std::string_view id);
+
+// Parses JSON text; a syntax error is kInvalidArgument "malformed JSON at
+// line L, column C: ..." (1-based, column counted in bytes).
+Result<nlohmann::json> ParseJsonText(std::string_view text);
+
+// Protobuf JSON durations ("3600s", "1.5s") and RFC 3339 times
+// ("2024-05-01T10:00:00Z", "...+02:00"), as milliseconds.
+Result<int64_t> ParseDurationMs(std::string_view text);
+Result<int64_t> ParseTimestampMs(std::string_view text);
+// Milliseconds since the epoch as "2024-05-01T10:00:00.123Z".
+std::string FormatTimestamp(int64_t ms);
+
+// What the controller needs from a validated create body.
+struct QueuedResourceSpec {
+  std::string accelerator_type;
+  std::string runtime_version;
+  std::vector<std::string> node_ids;  // one per slice: {prefix}-0.. or node_id
+  Tier tier = Tier::kOnDemand;
+  std::string startup_script;  // node.metadata["startup-script"], may be ""
+  int64_t valid_until_ms = 0;  // absolute deadline; 0 when none
+  int64_t valid_after_ms = 0;  // absolute eligibility time; 0 when none
+  nlohmann::json body;         // the request in camelCase, as echoed back
+};
+
+// Validates a create body for queued resource `id` at time now_ms (for the
+// relative queueing policies).
+Result<QueuedResourceSpec> ParseQueuedResource(const nlohmann::json& body,
+                                               const std::string& id,
+                                               int64_t now_ms);
+
+// Recursively renames snake_case keys to camelCase, except the user keys of
+// `metadata` and `labels` maps. Two spellings of one key are an error.
+Result<nlohmann::json> ToCamelCase(const nlohmann::json& value,
+                                   const std::string& path = "");
+
+struct NodeRecord {
+  std::string node_id;
+  std::string state = "CREATING";  // CREATING READY RESTARTING REPAIRING ...
+  std::string health = "HEALTHY";  // HEALTHY TIMEOUT UNHEALTHY_MAINTENANCE
+  std::vector<std::string> hosts;  // host ids, TPU_WORKER_ID order
+  bool started = false;            // workers of the current attempt run
+};
+
+// One queued resource as the controller stores it. The store keeps it as
+// the JSON of ToStorage(); the API answers with ToApi().
+struct QueuedResourceRecord {
+  std::string name;  // projects/{p}/locations/{z}/queuedResources/{id}
+  std::string project, zone, id;
+  int64_t seq = 0;  // creation order: FIFO within a tier
+  int64_t create_ms = 0;
+  QueuedResourceSpec spec;
+  int hosts_per_slice = 1;
+  int chips_per_slice = 1;
+  QrState state = QrState::kCreating;
+  std::string state_initiator = "USER";
+  std::string failed_error;
+  bool holds_quota = false;  // from admission until deletion
+  int attempt = 0;           // MULTISLICE_ATTEMPT of the workers (1 first)
+  // The transition under way, carried on after a restart:
+  //   ""      steady (or waiting)
+  //   "start" PUT the workers of `attempt` on every node
+  //   "stop"  stop every worker (all nodes and retired hosts), then "start"
+  //           with attempt+1 (repair, reset) or release (suspend, delete)
+  std::string stage;
+  std::vector<NodeRecord> nodes;
+  std::vector<std::string> retired_hosts;  // lost hosts whose workers we stop
+  bool delete_requested = false;
+  std::vector<std::string> waiting_ops;  // finished when the transition ends
+  std::string coordinator;               // MEGASCALE_COORDINATOR_ADDRESS
+
+  int total_chips() const {
+    return chips_per_slice * static_cast<int>(spec.node_ids.size());
+  }
+  nlohmann::json ToStorage() const;
+  static Result<QueuedResourceRecord> FromStorage(const nlohmann::json& j);
+  nlohmann::json ToApi() const;
+};
+
+// A long-running operation (google.longrunning.Operation).
+struct OperationRecord {
+  std::string name;  // projects/{p}/locations/{z}/operations/operation-...
+  std::string target;
+  std::string verb;  // create, delete, reset
+  std::string api_version;
+  int64_t create_ms = 0;
+  int64_t end_ms = 0;
+  bool done = false;
+  nlohmann::json response;  // when done without error
+  nlohmann::json error;     // google.rpc.Status when done with error
+
+  nlohmann::json ToStorage() const;
+  static Result<OperationRecord> FromStorage(const nlohmann::json& j);
+  nlohmann::json ToApi() const;
+};
+
+}  // namespace multislice::control

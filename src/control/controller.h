@@ -1,0 +1,77 @@
+// The queued-resource controller: the public API (spec 4.1) under
+// /v2alpha1/ and /v2/, the agents' channel under /internal/v1/
+// (docs/control-protocol.md), and the reconcile loop that drives every
+// queued resource through its states: admission by the scheduler,
+// provisioning on the agents, heartbeat monitoring, repair, reset,
+// preemption and deletion. See docs/control.md for the state machine.
+//
+// State lives in a Store under data_dir; every transition is persisted
+// before it is acted on, and each step is idempotent, so a controller
+// restarted on the same data_dir carries on whatever was under way.
+//
+// Thread-safety: Start() and Stop() from one thread; everything else is
+// internal (HTTP threads, one reconcile thread, one thread per queued
+// resource whose agents are being called).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "control/api_types.h"
+
+namespace multislice::control {
+
+struct ControllerOptions {
+  std::string data_dir;  // state.db, stores/ (file:// coordinators)
+  std::string token;     // bearer token of users and agents
+  std::string bind_address = "127.0.0.1";
+  int port = 0;  // 0: any free port (see Controller::port())
+  // The address remote agents reach this machine at, for the redis://
+  // coordinator of queued resources whose agents are on several machines.
+  std::string advertise_address = "127.0.0.1";
+  std::chrono::milliseconds heartbeat_timeout{5000};
+  std::chrono::milliseconds heartbeat_interval{500};  // told to agents
+  std::chrono::milliseconds reconcile_interval{100};
+  int stop_grace_seconds = 5;  // SIGTERM to SIGKILL, on :stop
+  std::chrono::milliseconds agent_call_timeout{5000};  // beyond the grace
+  int64_t quota_chips[kNumTiers] = {-1, -1, -1, -1};   // -1: unlimited
+  int http_threads = 64;  // enough for 50 concurrent keep-alive clients
+};
+
+class Controller {
+ public:
+  // Opens the store, restores the state, binds the port and starts serving.
+  static Result<std::unique_ptr<Controller>> Start(ControllerOptions options);
+  ~Controller();  // Stop()s
+
+  int port() const;
+  // Treats the host whose id, agent address, hostname or workdir is `host`
+  // as lost now (as `admin fail-host` does); for a supervisor that saw its
+  // agent process exit. NotFound when no host matches.
+  Status ReportHostLost(const std::string& host, const std::string& reason);
+  // The process-group ids of the RUNNING workers the host (matched as
+  // above) reported in its last heartbeat; empty when unknown. Lets a
+  // supervisor on the same machine wait for a dead agent's workers to be
+  // gone before reporting the loss (no two attempts at once).
+  std::vector<int> LastReportedWorkerGroups(const std::string& host);
+  // Stops serving and waits for every thread (agents' processes are left to
+  // the agents).
+  void Stop();
+
+  class Impl;
+
+ private:
+  explicit Controller(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The worker name of worker `worker` of node `node_index` of queued resource
+// `id`: "{id}.{node}.{worker}" in [a-z0-9.-] (other characters become '-').
+std::string WorkerName(const std::string& id, int node_index, int worker);
+
+}  // namespace multislice::control

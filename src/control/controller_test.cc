@@ -1,0 +1,713 @@
+// The controller over real HTTP on loopback: the API contract (every method
+// and error of spec 4.1), then provisioning, reset, repair, preemption,
+// expiry and quotas against in-process fake agents.
+#include "control/controller.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <set>
+#include <thread>
+
+#include "common/temp_dir.h"
+#include "control/fake_agent.h"
+#include "control/http.h"
+#include "gtest/gtest.h"
+
+namespace multislice::control {
+namespace {
+
+using nlohmann::json;
+using testing::FakeAgent;
+using Clock = std::chrono::steady_clock;
+
+const char kToken[] = "test-token";
+const char kParent[] = "/v2alpha1/projects/proj/locations/us-test1-a";
+
+// The seed's queued-resource-req.json with its placeholders filled in (and
+// its missing comma after "tags" restored).
+const char kSeedBody[] = R"({
+"guaranteed": { "reserved": true },
+"tpu": {
+    "node_spec": [
+    {
+    "parent": "projects/123/locations/us-test1-a",
+        "node": {
+        "accelerator_type": "v4-16",
+        "runtime_version": "tpu-ubuntu2204-base",
+        "network_config": {
+            "network": "default",
+            "subnetwork": "default",
+            "enable_external_ips": true
+        },
+        "tags" : ["example-tag-1"],
+        "metadata": {
+            "startup-script": "#!/bin/bash\necho hello"
+        }
+    },
+    "multi_node_params": {
+        "node_count": 2,
+        "node_id_prefix": "seed-qr"
+    }
+    }
+    ]
+}
+}
+)";
+
+json CpuBody(int nodes, const std::string& tier = "",
+             const std::string& script = "sleep 1000") {
+  json node_spec = {{"parent", "projects/proj/locations/us-test1-a"},
+                    {"node",
+                     {{"accelerator_type", "cpu-2"},
+                      {"runtime_version", "v2-alpha"},
+                      {"metadata", {{"startup-script", script}}}}}};
+  if (nodes == 1) {
+    node_spec["node_id"] = "single";
+  } else {
+    node_spec["multi_node_params"] = {{"node_count", nodes}};
+  }
+  json body = {{"tpu", {{"node_spec", {node_spec}}}}};
+  if (tier == "reserved") body["guaranteed"] = {{"reserved", true}};
+  if (tier == "spot") body["spot"] = json::object();
+  if (tier == "best-effort") body["best_effort"] = json::object();
+  return body;
+}
+
+bool WaitFor(const std::function<bool()>& done,
+             std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return done();
+}
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  void StartController(ControllerOptions options = {}) {
+    ASSERT_TRUE(dir_.ok());
+    options.data_dir = dir_.path() + "/data";
+    options.token = kToken;
+    Result<std::unique_ptr<Controller>> c = Controller::Start(options);
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    controller_ = std::move(*c);
+    url_ = "http://127.0.0.1:" + std::to_string(controller_->port());
+    client_ = std::make_unique<ApiClient>(
+        *ApiClient::Create(url_, kToken, std::chrono::seconds(10)));
+  }
+  void TearDown() override {
+    agents_.clear();  // agents first: they call the controller
+    controller_.reset();
+  }
+
+  FakeAgent& AddAgent(const std::string& type = "cpu-2") {
+    agents_.push_back(std::make_unique<FakeAgent>(url_, kToken, type));
+    FakeAgent& a = *agents_.back();
+    EXPECT_TRUE(WaitFor([&] { return !a.host_id().empty(); }));
+    return a;
+  }
+
+  HttpResponse Call(const std::string& method, const std::string& path,
+                    const json* body = nullptr) {
+    Result<HttpResponse> r = client_->Call(method, path, body);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? *r : HttpResponse{};
+  }
+  // POSTs raw text (for malformed bodies).
+  HttpResponse PostRaw(const std::string& path, const std::string& text) {
+    httplib::Client raw(url_);
+    auto res =
+        raw.Post(path, {{"Authorization", std::string("Bearer ") + kToken}},
+                 text, "application/json");
+    HttpResponse out;
+    if (!res) return out;
+    out.status = res->status;
+    out.body = json::parse(res->body, nullptr, false);
+    return out;
+  }
+  HttpResponse Create(const std::string& id, const json& body) {
+    return Call(
+        "POST",
+        std::string(kParent) + "/queuedResources?queued_resource_id=" + id,
+        &body);
+  }
+  json Get(const std::string& id) {
+    return Call("GET", std::string(kParent) + "/queuedResources/" + id).body;
+  }
+  std::string State(const std::string& id) {
+    json qr = Get(id);
+    return qr.contains("state") ? qr["state"].value("state", "") : "<none>";
+  }
+  bool WaitState(const std::string& id, const std::string& state,
+                 std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+    bool ok = WaitFor([&] { return State(id) == state; }, timeout);
+    EXPECT_TRUE(ok) << id << " is " << State(id) << ", expected " << state;
+    return ok;
+  }
+  // Every worker of queued resource `id` ever started by any agent.
+  std::vector<testing::FakeWorker> History(const std::string& id) {
+    std::vector<testing::FakeWorker> all;
+    for (const auto& a : agents_) {
+      for (const auto& w : a->history()) {
+        if (w.name.rfind(id + ".", 0) == 0) all.push_back(w);
+      }
+    }
+    return all;
+  }
+  // No worker of attempt N+1 started before every worker of attempt N
+  // stopped.
+  void ExpectNoOverlap(const std::string& id) {
+    auto all = History(id);
+    for (const auto& a : all) {
+      for (const auto& b : all) {
+        if (b.attempt > a.attempt) {
+          EXPECT_FALSE(a.running) << a.name << " attempt " << a.attempt
+                                  << " still runs beside attempt " << b.attempt;
+          EXPECT_LE(a.stopped, b.started)
+              << a.name << "@" << a.attempt << " overlaps " << b.name << "@"
+              << b.attempt;
+        }
+      }
+    }
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Controller> controller_;
+  std::string url_;
+  std::unique_ptr<ApiClient> client_;
+  std::vector<std::unique_ptr<FakeAgent>> agents_;
+};
+
+TEST_F(ControllerTest, UnauthenticatedRequestsAre401) {
+  StartController();
+  for (const char* token : {"", "wrong", "test-token-x"}) {
+    ApiClient c = *ApiClient::Create(url_, token, std::chrono::seconds(5));
+    for (const std::string& path : {std::string(kParent) + "/queuedResources",
+                                    std::string(kParent) + "/queuedResources/x",
+                                    std::string("/internal/v1/hosts")}) {
+      HttpResponse r = *c.Call("GET", path);
+      EXPECT_EQ(r.status, 401) << path;
+      EXPECT_EQ(r.body["error"]["status"], "UNAUTHENTICATED");
+      EXPECT_EQ(r.body["error"]["code"], 401);
+    }
+  }
+}
+
+TEST_F(ControllerTest, SeedBodyCreatesAndMalformedSeedNamesLineAndColumn) {
+  StartController();
+  HttpResponse op = PostRaw(
+      std::string(kParent) + "/queuedResources?queued_resource_id=seed-qr",
+      kSeedBody);
+  ASSERT_EQ(op.status, 200) << op.body.dump();
+  EXPECT_EQ(op.body["done"], false);
+  EXPECT_EQ(op.body["metadata"]["verb"], "create");
+  EXPECT_EQ(op.body["metadata"]["@type"],
+            "type.googleapis.com/google.cloud.common.OperationMetadata");
+  EXPECT_EQ(op.body["metadata"]["target"],
+            "projects/proj/locations/us-test1-a/queuedResources/seed-qr");
+  EXPECT_EQ(op.body["metadata"]["apiVersion"], "v2alpha1");
+  EXPECT_EQ(op.body["metadata"]["cancelRequested"], false);
+  const std::string op_name = op.body["name"];
+  EXPECT_EQ(op_name.rfind("projects/proj/locations/us-test1-a/operations/", 0),
+            0u);
+  // No v4 hosts: it waits; the create operation completes.
+  WaitState("seed-qr", "WAITING_FOR_RESOURCES");
+  json qr = Get("seed-qr");
+  EXPECT_EQ(qr["name"],
+            "projects/proj/locations/us-test1-a/queuedResources/seed-qr");
+  EXPECT_EQ(qr["tpu"]["nodeSpec"][0]["node"]["acceleratorType"], "v4-16");
+  EXPECT_EQ(
+      qr["tpu"]["nodeSpec"][0]["node"]["networkConfig"]["enableExternalIps"],
+      true);
+  EXPECT_EQ(qr["tpu"]["nodeSpec"][0]["multiNodeParams"]["nodeCount"], 2);
+  EXPECT_EQ(qr["tpu"]["nodeSpec"][0]["node"]["metadata"]["startup-script"],
+            "#!/bin/bash\necho hello");
+  EXPECT_FALSE(qr["tpu"].contains("node_spec"));
+  EXPECT_EQ(qr["guaranteed"]["reserved"], true);
+  EXPECT_EQ(qr["state"]["stateInitiator"], "USER");
+  ASSERT_EQ(qr["nodes"].size(), 2u);
+  EXPECT_EQ(qr["nodes"][0]["nodeId"], "seed-qr-0");
+  EXPECT_EQ(qr["nodes"][1]["nodeId"], "seed-qr-1");
+  HttpResponse done = Call("GET", "/v2alpha1/" + op_name);
+  EXPECT_EQ(done.status, 200);
+  EXPECT_EQ(done.body["done"], true);
+  EXPECT_EQ(done.body["response"]["name"], qr["name"]);
+
+  // The seed as published: the comma after "tags" is missing.
+  std::string broken = kSeedBody;
+  const std::string tags = R"(["example-tag-1"],)";
+  broken.erase(broken.find(tags) + tags.size() - 1, 1);
+  HttpResponse bad = PostRaw(
+      std::string(kParent) + "/queuedResources?queued_resource_id=broken",
+      broken);
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(bad.body["error"]["status"], "INVALID_ARGUMENT");
+  // The error is at the "metadata" key that follows: its line, and a column
+  // inside that key.
+  int line = 1;
+  size_t at = broken.find("\"metadata\"");
+  for (size_t i = 0; i < at; ++i) line += broken[i] == '\n';
+  const size_t line_start = broken.rfind('\n', at) + 1;
+  const std::string message = bad.body["error"]["message"];
+  EXPECT_NE(message.find("line " + std::to_string(line) + ","),
+            std::string::npos)
+      << message;
+  int column = 0;
+  ASSERT_EQ(
+      std::sscanf(message.c_str() + message.find("column ") + 7, "%d", &column),
+      1);
+  EXPECT_GE(column, static_cast<int>(at - line_start) + 1) << message;
+  EXPECT_LE(column, static_cast<int>(at - line_start) + 10) << message;
+  EXPECT_EQ(
+      Call("GET", std::string(kParent) + "/queuedResources/broken").status,
+      404);
+}
+
+TEST_F(ControllerTest, ValidationErrorsNameTheField) {
+  StartController();
+  struct Case {
+    std::function<void(json&)> edit;
+    std::string field;
+  };
+  std::vector<Case> cases = {
+      {[](json& b) {
+         b["tpu"]["node_spec"][0]["multi_node_params"]["node_count"] = 1;
+       },
+       "tpu.node_spec[0].multi_node_params.node_count"},
+      {[](json& b) {
+         b["tpu"]["node_spec"][0]["multi_node_params"]["node_count"] = 257;
+       },
+       "tpu.node_spec[0].multi_node_params.node_count"},
+      {[](json& b) { b["tpu"]["node_spec"][0]["node_id"] = "n"; },
+       "tpu.node_spec[0].node_id"},
+      {[](json& b) {
+         b["tpu"]["node_spec"].push_back(b["tpu"]["node_spec"][0]);
+       },
+       "tpu.node_spec"},
+      {[](json& b) {
+         b["tpu"]["node_spec"][0]["node"]["accelerator_type"] = "v9-8";
+       },
+       "tpu.node_spec[0].node.accelerator_type"},
+      {[](json& b) {
+         b["tpu"]["node_spec"][0]["node"].erase("accelerator_type");
+       },
+       "tpu.node_spec[0].node.accelerator_type"},
+      {[](json& b) { b["tpu"]["node_spec"][0]["node"]["bogus"] = 1; },
+       "tpu.node_spec[0].node.bogus"},
+      {[](json& b) {
+         b["queueing_policy"] = {{"valid_until_duration", "soon"}};
+       },
+       "queueing_policy.valid_until_duration"},
+      {[](json& b) {
+         b["spot"] = json::object();
+         b["guaranteed"] = {{"reserved", true}};
+       },
+       "guaranteed"},
+      {[](json& b) {
+         b["tpu"]["node_spec"][0]["node"]["metadata"]["startup-script"] =
+             std::string(300 * 1024, 'x');
+       },
+       "tpu.node_spec[0].node.metadata"},
+      {[](json& b) { b["tpu"]["nodeSpec"] = b["tpu"]["node_spec"]; },
+       "tpu.node_spec"},
+  };
+  for (const Case& c : cases) {
+    json body = CpuBody(2);
+    c.edit(body);
+    HttpResponse r = Create("v", body);
+    EXPECT_EQ(r.status, 400) << c.field;
+    EXPECT_EQ(r.body["error"]["status"], "INVALID_ARGUMENT");
+    const std::string message = r.body["error"].value("message", "");
+    EXPECT_EQ(message.rfind(c.field, 0), 0u)
+        << "expected '" << c.field << "' in: " << message;
+  }
+  // The id, the body type and the size.
+  json body = CpuBody(2);
+  EXPECT_EQ(Create("bad*id", body).status, 400);
+  EXPECT_EQ(
+      Call("POST", std::string(kParent) + "/queuedResources", &body).status,
+      400);
+  json array = json::array();
+  EXPECT_EQ(Create("arr", array).status, 400);
+  HttpResponse big =
+      PostRaw(std::string(kParent) + "/queuedResources?queued_resource_id=big",
+              std::string(2 << 20, ' '));
+  EXPECT_EQ(big.status, 413);
+  EXPECT_EQ(big.body["error"]["code"], 413);
+  // camelCase input is accepted as well.
+  json camel = {{"tpu",
+                 {{"nodeSpec",
+                   {{{"multiNodeParams", {{"nodeCount", 2}}},
+                     {"node", {{"acceleratorType", "cpu-2"}}}}}}}}};
+  EXPECT_EQ(Create("camel", camel).status, 200);
+}
+
+TEST_F(ControllerTest, GetListDeleteResetAndOperations) {
+  StartController();
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(Create("qr" + std::to_string(i), CpuBody(2)).status, 200);
+  }
+  EXPECT_EQ(Create("qr1", CpuBody(2)).status, 409);
+  EXPECT_EQ(Create("qr1", CpuBody(2)).body["error"]["status"],
+            "ALREADY_EXISTS");
+  // Pages of 2: qr0 qr1 | qr2 qr3 | qr4, in creation order.
+  std::vector<std::string> seen;
+  std::string token;
+  int pages = 0;
+  do {
+    HttpResponse page =
+        Call("GET", std::string(kParent) + "/queuedResources?pageSize=2" +
+                        (token.empty() ? "" : "&pageToken=" + token));
+    ASSERT_EQ(page.status, 200);
+    EXPECT_LE(page.body["queuedResources"].size(), 2u);
+    for (const json& q : page.body["queuedResources"]) {
+      std::string name = q["name"];
+      seen.push_back(name.substr(name.rfind('/') + 1));
+    }
+    token = page.body.value("nextPageToken", "");
+    ++pages;
+  } while (!token.empty() && pages < 10);
+  EXPECT_EQ(pages, 3);
+  EXPECT_EQ(seen,
+            (std::vector<std::string>{"qr0", "qr1", "qr2", "qr3", "qr4"}));
+  EXPECT_EQ(
+      Call("GET", std::string(kParent) + "/queuedResources?pageToken=x").status,
+      400);
+  EXPECT_EQ(
+      Call("GET", std::string(kParent) + "/queuedResources?pageSize=-1").status,
+      400);
+  // Another zone sees none; '-' sees all; /v2/ is the same API.
+  EXPECT_EQ(Call("GET",
+                 "/v2alpha1/projects/proj/locations/other/"
+                 "queuedResources")
+                .body["queuedResources"]
+                .size(),
+            0u);
+  EXPECT_EQ(Call("GET", "/v2/projects/proj/locations/-/queuedResources")
+                .body["queuedResources"]
+                .size(),
+            5u);
+  EXPECT_EQ(Call("GET",
+                 "/v2/projects/proj/locations/us-test1-a/"
+                 "queuedResources/qr0")
+                .status,
+            200);
+  // 404s.
+  HttpResponse missing =
+      Call("GET", std::string(kParent) + "/queuedResources/nope");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_EQ(missing.body["error"]["status"], "NOT_FOUND");
+  EXPECT_EQ(Call("GET", std::string(kParent) + "/operations/nope").status, 404);
+  EXPECT_EQ(
+      Call("DELETE", std::string(kParent) + "/queuedResources/nope").status,
+      404);
+  EXPECT_EQ(Call("GET", "/v3/whatever").status, 404);
+  // Delete without force of a waiting queued resource: refused.
+  WaitState("qr0", "WAITING_FOR_RESOURCES");
+  HttpResponse refused =
+      Call("DELETE", std::string(kParent) + "/queuedResources/qr0");
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_EQ(refused.body["error"]["status"], "FAILED_PRECONDITION");
+  // Reset of a queued resource that is not ACTIVE: refused.
+  HttpResponse reset =
+      Call("POST", std::string(kParent) + "/queuedResources/qr0:reset");
+  EXPECT_EQ(reset.status, 400);
+  EXPECT_EQ(reset.body["error"]["status"], "FAILED_PRECONDITION");
+  // With force: an operation that completes when it is gone.
+  HttpResponse del =
+      Call("DELETE", std::string(kParent) + "/queuedResources/qr0?force=true");
+  ASSERT_EQ(del.status, 200);
+  EXPECT_EQ(del.body["metadata"]["verb"], "delete");
+  const std::string op = del.body["name"];
+  EXPECT_TRUE(WaitFor([&] {
+    return Call("GET", "/v2alpha1/" + op).body.value("done", false);
+  }));
+  EXPECT_EQ(Call("GET", std::string(kParent) + "/queuedResources/qr0").status,
+            404);
+}
+
+TEST_F(ControllerTest, ProvisionsResetsAndRepairs) {
+  ControllerOptions options;
+  options.heartbeat_timeout = std::chrono::milliseconds(1000);
+  options.reconcile_interval = std::chrono::milliseconds(20);
+  StartController(options);
+  for (int i = 0; i < 3; ++i) AddAgent();
+  AddAgent("cpu-4");  // the wrong type: never used for cpu-2 slices
+  const auto created = Clock::now();
+  ASSERT_EQ(Create("job", CpuBody(2, "", "echo start; sleep 1000")).status,
+            200);
+  ASSERT_TRUE(WaitState("job", "ACTIVE"));
+  const double active_ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - created).count();
+  std::printf("create -> ACTIVE: %.0f ms\n", active_ms);
+  json qr = Get("job");
+  EXPECT_EQ(qr["attempt"], 1);
+  EXPECT_EQ(qr["nodes"][0]["state"], "READY");
+  EXPECT_EQ(qr["nodes"][1]["state"], "READY");
+  auto history = History("job");
+  ASSERT_EQ(history.size(), 2u);
+  std::set<std::string> slice_ids;
+  for (const auto& w : history) {
+    EXPECT_EQ(w.attempt, 1);
+    EXPECT_EQ(w.script, "echo start; sleep 1000");
+    EXPECT_EQ(w.env["MEGASCALE_NUM_SLICES"], "2");
+    EXPECT_EQ(w.env["TPU_WORKER_ID"], "0");
+    EXPECT_EQ(w.env["TPU_WORKER_HOSTNAMES"], "127.0.0.1");
+    EXPECT_EQ(w.env["MULTISLICE_ATTEMPT"], "1");
+    EXPECT_EQ(w.env["MULTISLICE_RUN_ID"], "job");
+    EXPECT_EQ(w.env["MULTISLICE_ACCELERATOR_TYPE"], "cpu-2");
+    EXPECT_EQ(w.env["MEGASCALE_PORT"], "8080");
+    EXPECT_EQ(w.env["MEGASCALE_COORDINATOR_ADDRESS"],
+              "file://" + dir_.path() + "/data/stores/job");
+    slice_ids.insert(w.env["MEGASCALE_SLICE_ID"]);
+    EXPECT_EQ(w.name, "job." + std::string(w.env["MEGASCALE_SLICE_ID"]) + ".0");
+  }
+  EXPECT_EQ(slice_ids, (std::set<std::string>{"0", "1"}));
+  EXPECT_EQ(agents_[3]->history().size(), 0u);
+  // The workers listing of the protocol.
+  HttpResponse workers =
+      Call("GET", "/internal/v1/queuedResources/job/workers");
+  ASSERT_EQ(workers.status, 200);
+  ASSERT_EQ(workers.body["workers"].size(), 2u);
+  EXPECT_EQ(workers.body["workers"][1]["nodeIndex"], 1);
+  EXPECT_EQ(workers.body["workers"][1]["node"], "job-1");
+
+  // :reset: every worker stops, then attempt 2 starts everywhere.
+  ASSERT_EQ(
+      Call("POST", std::string(kParent) + "/queuedResources/job:reset").status,
+      200);
+  ASSERT_TRUE(WaitFor([&] { return Get("job").value("attempt", 0) == 2; }));
+  ASSERT_TRUE(WaitState("job", "ACTIVE"));
+  ExpectNoOverlap("job");
+  EXPECT_EQ(History("job").size(), 4u);
+
+  // Heartbeats stop on one of its hosts: lost within timeout + 1 s,
+  // replaced by the spare, the other slice reset, attempt 3.
+  std::string victim_host = Get("job")["nodes"][0]["hosts"][0];
+  FakeAgent* victim = nullptr;
+  for (auto& a : agents_) {
+    if (a->host_id() == victim_host) victim = a.get();
+  }
+  ASSERT_NE(victim, nullptr);
+  victim->PauseHeartbeats(true);
+  const auto paused = Clock::now();
+  auto victim_lost = [&] {
+    const json hosts = Call("GET", "/internal/v1/hosts").body["hosts"];
+    for (const json& h : hosts) {
+      if (h["id"] == victim_host) return h.value("lost", false);
+    }
+    return false;
+  };
+  ASSERT_TRUE(WaitFor(victim_lost));
+  const double detect_ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - paused).count();
+  ASSERT_TRUE(WaitFor([&] {
+    json q = Get("job");
+    return q["state"]["state"] == "ACTIVE" && q["attempt"] == 3;
+  }));
+  const double repair_ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - paused).count();
+  std::printf(
+      "heartbeat loss detected after %.0f ms, ACTIVE again after %.0f "
+      "ms\n",
+      detect_ms, repair_ms);
+  EXPECT_LT(detect_ms, 1000 + 1000);
+  EXPECT_LT(repair_ms, 10000);
+  qr = Get("job");
+  EXPECT_NE(qr["nodes"][0]["hosts"][0], victim_host);
+  EXPECT_EQ(victim->running(), 0);  // its worker was stopped too
+  ExpectNoOverlap("job");
+  victim->PauseHeartbeats(false);
+  ASSERT_TRUE(WaitFor([&] { return !victim_lost(); }));  // registered again
+
+  // admin fail-host on the other slice's host.
+  std::string failed = Get("job")["nodes"][1]["hosts"][0];
+  HttpResponse fail = Call("POST", "/internal/v1/hosts/" + failed + ":fail");
+  ASSERT_EQ(fail.status, 200);
+  EXPECT_EQ(fail.body["queuedResource"],
+            "projects/proj/locations/us-test1-a/queuedResources/job");
+  ASSERT_TRUE(WaitFor([&] {
+    json q = Get("job");
+    return q["state"]["state"] == "ACTIVE" && q["attempt"] == 4;
+  }));
+  EXPECT_NE(Get("job")["nodes"][1]["hosts"][0], failed);
+  ExpectNoOverlap("job");
+
+  // Delete with force: workers stopped, then gone.
+  ASSERT_EQ(
+      Call("DELETE", std::string(kParent) + "/queuedResources/job?force=true")
+          .status,
+      200);
+  ASSERT_TRUE(WaitFor([&] {
+    return Call("GET", std::string(kParent) + "/queuedResources/job").status ==
+           404;
+  }));
+  for (const auto& a : agents_) EXPECT_EQ(a->running(), 0);
+}
+
+// An agent that cannot be reached when the controller calls it is lost at
+// once, without waiting for its heartbeats to time out.
+TEST_F(ControllerTest, UnreachableAgentIsLostAtOnce) {
+  ControllerOptions options;
+  options.heartbeat_timeout = std::chrono::seconds(60);
+  options.reconcile_interval = std::chrono::milliseconds(20);
+  StartController(options);
+  for (int i = 0; i < 3; ++i) AddAgent();
+  ASSERT_EQ(Create("job", CpuBody(2)).status, 200);
+  ASSERT_TRUE(WaitState("job", "ACTIVE"));
+  const std::string dead = Get("job")["nodes"][0]["hosts"][0];
+  for (auto& a : agents_) {
+    if (a->host_id() == dead) a->Kill();
+  }
+  const auto killed = Clock::now();
+  ASSERT_EQ(
+      Call("POST", std::string(kParent) + "/queuedResources/job:reset").status,
+      200);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        json q = Get("job");
+        return q["state"]["state"] == "ACTIVE" && q["attempt"] == 2;
+      },
+      std::chrono::seconds(5)));
+  EXPECT_LT(Clock::now() - killed, std::chrono::seconds(5));
+  EXPECT_NE(Get("job")["nodes"][0]["hosts"][0], dead);
+  const json hosts = Call("GET", "/internal/v1/hosts").body["hosts"];
+  for (const json& h : hosts) {
+    if (h["id"] == dead) {
+      EXPECT_TRUE(h.value("lost", false));
+      EXPECT_EQ(h.value("lostReason", ""), "agent unreachable");
+    }
+  }
+  ExpectNoOverlap("job");
+}
+
+// Agents at two addresses (127.0.0.2 stands in for another machine): the
+// workers share a redis-server the controller starts, and stops with itself.
+TEST_F(ControllerTest, AgentsOnSeveralAddressesShareARedisCoordinator) {
+  ControllerOptions options;
+  options.reconcile_interval = std::chrono::milliseconds(20);
+  StartController(options);
+  AddAgent();
+  agents_.push_back(std::make_unique<FakeAgent>(url_, kToken, "cpu-2",
+                                                "us-test1-a", "127.0.0.2"));
+  ASSERT_TRUE(WaitFor([&] { return !agents_.back()->host_id().empty(); }));
+  ASSERT_EQ(Create("multi", CpuBody(2)).status, 200);
+  ASSERT_TRUE(WaitState("multi", "ACTIVE"));
+  auto history = History("multi");
+  ASSERT_EQ(history.size(), 2u);
+  const std::string address =
+      history[0].env["MEGASCALE_COORDINATOR_ADDRESS"].get<std::string>();
+  EXPECT_EQ(history[1].env["MEGASCALE_COORDINATOR_ADDRESS"], address);
+  ASSERT_EQ(address.rfind("redis://127.0.0.1:", 0), 0u) << address;
+  const int port = std::stoi(address.substr(address.rfind(':') + 1));
+  std::set<std::string> hostnames;
+  for (const auto& w : history) {
+    hostnames.insert(w.env["TPU_WORKER_HOSTNAMES"].get<std::string>());
+  }
+  EXPECT_EQ(hostnames, (std::set<std::string>{"127.0.0.1", "127.0.0.2"}));
+  // redis-server answers PING (it may take a moment to start).
+  auto ping = [port] {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    std::string reply;
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      timeval tv{1, 0};
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      const char kPing[] = "PING\r\n";
+      if (::write(fd, kPing, sizeof(kPing) - 1) > 0) {
+        char buf[16] = {};
+        if (::read(fd, buf, sizeof(buf) - 1) > 0) reply = buf;
+      }
+    }
+    ::close(fd);
+    return reply.rfind("+PONG", 0) == 0;
+  };
+  EXPECT_TRUE(WaitFor(ping, std::chrono::seconds(5)));
+  agents_.clear();
+  controller_->Stop();
+  EXPECT_FALSE(ping());
+}
+
+TEST_F(ControllerTest, ReservedPreemptsSpotWhichKeepsQuotaUntilDeleted) {
+  ControllerOptions options;
+  options.reconcile_interval = std::chrono::milliseconds(20);
+  StartController(options);
+  AddAgent();
+  AddAgent();
+  ASSERT_EQ(Create("spot", CpuBody(2, "spot")).status, 200);
+  ASSERT_TRUE(WaitState("spot", "ACTIVE"));
+  json reserved = CpuBody(2, "reserved");
+  reserved["tpu"]["node_spec"][0]["multi_node_params"]["node_id_prefix"] =
+      "res";
+  ASSERT_EQ(Create("res", reserved).status, 200);
+  ASSERT_TRUE(WaitState("res", "ACTIVE"));
+  json spot = Get("spot");
+  EXPECT_EQ(spot["state"]["state"], "SUSPENDED");
+  EXPECT_EQ(spot["state"]["stateInitiator"], "SERVICE");
+  EXPECT_EQ(spot["quotaHeldChips"], 4);
+  EXPECT_EQ(spot["nodes"][0]["state"], "PREEMPTED");
+  ExpectNoOverlap("spot");
+  for (const auto& w : History("spot")) EXPECT_FALSE(w.running);
+  // SUSPENDED: deletable without force.
+  EXPECT_EQ(
+      Call("DELETE", std::string(kParent) + "/queuedResources/spot").status,
+      200);
+  ASSERT_TRUE(WaitFor([&] {
+    return Call("GET", std::string(kParent) + "/queuedResources/spot").status ==
+           404;
+  }));
+  // ACTIVE: not without force.
+  EXPECT_EQ(
+      Call("DELETE", std::string(kParent) + "/queuedResources/res").status,
+      400);
+}
+
+TEST_F(ControllerTest, QueueingPolicyAndQuota) {
+  ControllerOptions options;
+  options.reconcile_interval = std::chrono::milliseconds(20);
+  options.quota_chips[static_cast<int>(Tier::kOnDemand)] = 4;
+  StartController(options);
+  json expiring = CpuBody(2);
+  expiring["queueing_policy"] = {{"valid_until_duration", "0.3s"}};
+  ASSERT_EQ(Create("expiring", expiring).status, 200);
+  json later = CpuBody(2);
+  later["queueing_policy"] = {{"valid_after_duration", "0.5s"}};
+  later["tpu"]["node_spec"][0]["multi_node_params"]["node_id_prefix"] = "l";
+  ASSERT_EQ(Create("later", later).status, 200);
+  EXPECT_EQ(State("later"), "ACCEPTED");
+  ASSERT_TRUE(WaitState("expiring", "FAILED"));
+  json failed = Get("expiring");
+  EXPECT_NE(failed["state"]["failedData"]["error"]
+                .value("message", "")
+                .find("valid_until"),
+            std::string::npos);
+  EXPECT_EQ(failed["quotaHeldChips"], 0);  // it never held any
+  ASSERT_TRUE(WaitState("later", "WAITING_FOR_RESOURCES"));
+  // Quota: 4 on-demand chips; "later" takes them once hosts exist, and a
+  // second request waits although a host is free.
+  for (int i = 0; i < 3; ++i) AddAgent();
+  ASSERT_TRUE(WaitState("later", "ACTIVE"));
+  json one = CpuBody(1);
+  ASSERT_EQ(Create("over", one).status, 200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(State("over"), "WAITING_FOR_RESOURCES");
+  EXPECT_EQ(Get("later")["quotaHeldChips"], 4);
+  ASSERT_EQ(
+      Call("DELETE", std::string(kParent) + "/queuedResources/later?force=true")
+          .status,
+      200);
+  ASSERT_TRUE(WaitState("over", "ACTIVE"));
+}
+
+}  // namespace
+}  // namespace multislice::control

@@ -1,0 +1,180 @@
+// The gcloud-shaped client end to end: `multislice controller
+// --local-hosts 2` (real agents) driven by `multislice queued-resources` and
+// `multislice admin`, checking their exact output and exit codes.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "common/temp_dir.h"
+#include "gtest/gtest.h"
+
+namespace {
+
+struct CommandRun {
+  int code;
+  std::string out;
+};
+
+// Runs `multislice ARGS` through the shell (ARGS are this test's literals);
+// stderr is merged into out when merge_stderr.
+CommandRun Multislice(const std::string& args, bool merge_stderr = false) {
+  std::string cmd = std::string(MULTISLICE_BINARY) + " " + args +
+                    (merge_stderr ? " 2>&1" : " 2>/dev/null");
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::vector<std::string> Words(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> out;
+  std::string w;
+  while (in >> w) out.push_back(w);
+  return out;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<std::string> out;
+  std::string l;
+  while (std::getline(in, l)) out.push_back(l);
+  return out;
+}
+
+TEST(QueuedResourcesCliTest, CreateListDescribeResetDelete) {
+  multislice::TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string data = dir.path() + "/ctl";
+  const std::string out_path = dir.path() + "/ctl.out";
+  pid_t controller = ::fork();
+  if (controller == 0) {
+    FILE* out = std::freopen(out_path.c_str(), "w", stdout);
+    (void)out;
+    ::execl(MULTISLICE_BINARY, MULTISLICE_BINARY, "controller", "--port", "0",
+            "--data-dir", data.c_str(), "--local-hosts", "2",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  struct Reaper {
+    pid_t pid;
+    ~Reaper() {
+      ::kill(pid, SIGTERM);
+      for (int i = 0; i < 300; ++i) {
+        if (::waitpid(pid, nullptr, WNOHANG) == pid) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  } reaper{controller};
+  std::string url;
+  for (int i = 0; i < 200 && url.empty(); ++i) {
+    std::ifstream in(out_path);
+    std::string w;
+    while (in >> w) {
+      if (w.rfind("http://", 0) == 0) url = w;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_FALSE(url.empty());
+  // Without a controller: one line, exit code 2.
+  ::unsetenv("MULTISLICE_CONTROLLER");
+  CommandRun none = Multislice("queued-resources list", true);
+  EXPECT_EQ(none.code, 2);
+  EXPECT_EQ(none.out,
+            "multislice queued-resources list: --controller: not given and "
+            "MULTISLICE_CONTROLLER is not set\n");
+  ::setenv("MULTISLICE_CONTROLLER", url.c_str(), 1);
+  ::setenv("MULTISLICE_TOKEN_FILE", (data + "/token").c_str(), 1);
+  // Both agents registered.
+  for (int i = 0; i < 200; ++i) {
+    if (Lines(Multislice("admin hosts").out).size() == 3) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(Lines(Multislice("admin hosts").out).size(), 3u);
+
+  CommandRun create = Multislice(
+      "queued-resources create qr1 --accelerator-type cpu-2 --node-count 2 "
+      "--metadata 'startup-script=sleep 100'");
+  EXPECT_EQ(create.code, 0);
+  EXPECT_EQ(create.out, "Created queued resource [qr1]: ACTIVE\n");
+
+  CommandRun list = Multislice("queued-resources list");
+  ASSERT_EQ(list.code, 0);
+  std::vector<std::string> lines = Lines(list.out);
+  ASSERT_EQ(lines.size(), 2u) << list.out;
+  EXPECT_EQ(Words(lines[0]),
+            (std::vector<std::string>{"NAME", "ZONE", "NODE_COUNT",
+                                      "ACCELERATOR_TYPE", "STATE"}));
+  EXPECT_EQ(Words(lines[1]), (std::vector<std::string>{"qr1", "local-a", "2",
+                                                       "cpu-2", "ACTIVE"}));
+  EXPECT_EQ(Lines(Multislice("queued-resources list --filter state=FAILED").out)
+                .size(),
+            1u);
+  EXPECT_EQ(Lines(Multislice("queued-resources list --filter 'name:qr "
+                             "state=ACTIVE'")
+                      .out)
+                .size(),
+            2u);
+  CommandRun json_list = Multislice("queued-resources list --format json");
+  nlohmann::json parsed = nlohmann::json::parse(json_list.out, nullptr, false);
+  ASSERT_TRUE(parsed.is_array()) << json_list.out;
+  EXPECT_EQ(parsed.size(), 1u);
+  CommandRun bad_filter =
+      Multislice("queued-resources list --filter colour=red", true);
+  EXPECT_EQ(bad_filter.code, 2);
+
+  CommandRun describe = Multislice("queued-resources describe qr1");
+  ASSERT_EQ(describe.code, 0);
+  EXPECT_EQ(nlohmann::json::parse(describe.out)["state"]["state"], "ACTIVE");
+
+  CommandRun reset = Multislice("queued-resources reset qr1");
+  EXPECT_EQ(reset.code, 0);
+  EXPECT_EQ(reset.out, "Reset queued resource [qr1]: ACTIVE (attempt 2)\n");
+
+  CommandRun bad = Multislice(
+      "queued-resources create bad --accelerator-type cpu-2 --node-count 300",
+      true);
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(Lines(bad.out).size(), 1u) << bad.out;
+  EXPECT_NE(bad.out.find("node_count"), std::string::npos) << bad.out;
+
+  CommandRun refused = Multislice("queued-resources delete qr1", true);
+  EXPECT_EQ(refused.code, 2);
+  EXPECT_NE(refused.out.find("ACTIVE"), std::string::npos) << refused.out;
+  CommandRun missing = Multislice("admin fail-host host-99", true);
+  EXPECT_EQ(missing.code, 1);
+
+  // An expired request: FAILED (exit 1), listed, then cleaned up.
+  CommandRun expired = Multislice(
+      "queued-resources create late --accelerator-type v4-8 --node-id late "
+      "--valid-until-duration 0s");
+  EXPECT_EQ(expired.code, 1);
+  EXPECT_EQ(expired.out, "Created queued resource [late]: FAILED\n");
+  EXPECT_EQ(Lines(Multislice("queued-resources list --filter state=FAILED").out)
+                .size(),
+            2u);
+  CommandRun cleanup = Multislice("queued-resources cleanup");
+  EXPECT_EQ(cleanup.code, 0);
+  EXPECT_EQ(cleanup.out,
+            "Deleted 1 FAILED or SUSPENDED queued resource (0 chips of quota "
+            "released)\n");
+
+  CommandRun del = Multislice("queued-resources delete qr1 --force");
+  EXPECT_EQ(del.code, 0);
+  EXPECT_EQ(del.out, "Deleted queued resource [qr1]\n");
+  EXPECT_EQ(Lines(Multislice("queued-resources list").out).size(), 1u);
+}
+
+}  // namespace
