@@ -1,0 +1,476 @@
+// `multislice job`: MaxText's multihost_job.py against the queued-resource
+// controller. The job's code goes into OUTPUT_DIR/RUN_NAME/ (the bucket of
+// the original: a directory every host can read); a queued resource is
+// created whose startup script unpacks the code and runs the command on
+// every worker, logging to
+// OUTPUT_DIR/RUN_NAME/main_command_log_slice_S_worker_W and recording its exit
+// code and attempt in status_slice_S_worker_W. Because the command runs from
+// the startup script, a repair or reset reruns it (with MULTISLICE_ATTEMPT
+// incremented) and a `multislice train` command resumes from its checkpoints.
+// The job follows the queued resource until the command has finished on every
+// worker of the current attempt, writes goodput.json, and deletes the queued
+// resource (unless --keep).
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/control_client.h"
+#include "cli/flags.h"
+#include "runtime/launcher.h"
+#include "runtime/mesh/topology.h"
+#include "train/goodput.h"
+#include "train/metrics.h"
+
+extern char** environ;
+
+namespace multislice::cli {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+constexpr char kName[] = "multislice job";
+
+struct JobFlags {
+  ControllerFlags connection;
+  std::string accelerator_type;
+  int num_slices = 1;
+  std::string command;
+  std::string script_dir = ".";
+  std::string run_name;
+  std::string output_dir;
+  std::string project = "local";
+  std::string zone = "local-a";
+  bool reserved = false, spot = false, best_effort = false;
+  bool keep = false;
+  int timeout_seconds = 3600;
+  int failure_grace_seconds = 15;
+  bool json = false;
+};
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "%s: %s\n", kName, s.message().c_str());
+  return ExitCodeFor(s);
+}
+
+double Now() {
+  return std::chrono::duration<double>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// 'text' as one single-quoted shell word.
+std::string ShellQuote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+// A queued-resource id from a run name: lower case, [a-z0-9-], starting
+// with a letter, at most 63 characters.
+std::string QueuedResourceId(const std::string& run_name) {
+  std::string id = "job-";
+  for (char c : run_name) {
+    const char lower =
+        static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    id += (std::isalnum(static_cast<unsigned char>(lower)) ? lower : '-');
+  }
+  if (id.size() > 63) id.resize(63);
+  while (!id.empty() && id.back() == '-') id.pop_back();
+  return id;
+}
+
+// Runs argv (no shell) and waits; its exit code, or -1 if it could not run.
+int Spawn(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const std::string& a : args)
+    argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid;
+  if (posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ) !=
+      0) {
+    return -1;
+  }
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// The startup script every worker runs (the values are the job's own flags,
+// quoted as single shell words).
+std::string StartupScript(const std::string& job_dir,
+                          const std::string& output_dir,
+                          const std::string& run_name,
+                          const std::string& command) {
+  std::ostringstream s;
+  s << "#!/bin/bash\n"
+    << "# multislice job " << run_name << ": fetch the code, run the command\n"
+    << "JOB_DIR=" << ShellQuote(job_dir) << "\n"
+    << "export MULTISLICE_OUTPUT_DIR=" << ShellQuote(output_dir) << "\n"
+    << "export MULTISLICE_RUN_NAME=" << ShellQuote(run_name) << "\n"
+    << "export MULTISLICE_JOB_DIR=\"$JOB_DIR\"\n"
+    << "S=${MEGASCALE_SLICE_ID:-0} W=${TPU_WORKER_ID:-0} "
+       "A=${MULTISLICE_ATTEMPT:-0}\n"
+    << "LOG=\"$JOB_DIR/main_command_log_slice_${S}_worker_${W}\"\n"
+    << "rm -rf code && mkdir -p code && tar -xzf \"$JOB_DIR/code.tar.gz\" -C "
+       "code || exit 1\n"
+    << "cd code\n"
+    << "echo \"=== attempt $A, $(date -u +%FT%TZ) ===\" >> \"$LOG\"\n"
+    << "bash -c " << ShellQuote(command) << " >> \"$LOG\" 2>&1\n"
+    << "rc=$?\n"
+    << "echo \"$rc $A\" > \"$JOB_DIR/status_slice_${S}_worker_${W}.tmp\" && "
+       "mv \"$JOB_DIR/status_slice_${S}_worker_${W}.tmp\" "
+       "\"$JOB_DIR/status_slice_${S}_worker_${W}\"\n"
+    << "exit $rc\n";
+  return s.str();
+}
+
+Result<json> Checked(Result<control::HttpResponse> r) {
+  if (!r.ok()) return r.status();
+  if (r->status < 200 || r->status >= 300)
+    return control::ErrorFromResponse(*r);
+  return r->body;
+}
+
+struct WorkerStatus {
+  int exit_code = -1;
+  int attempt = -1;
+};
+
+// status_slice_S_worker_W: "<exit code> <attempt>", or absent.
+std::optional<WorkerStatus> ReadStatus(const std::string& path) {
+  std::ifstream in(path);
+  WorkerStatus s;
+  if (!(in >> s.exit_code >> s.attempt)) return std::nullopt;
+  return s;
+}
+
+int Run(const JobFlags& f) {
+  if (f.command.empty()) {
+    return Fail(
+        InvalidArgument("--command: expected the command to run on "
+                        "every worker"));
+  }
+  if (f.output_dir.empty()) {
+    return Fail(InvalidArgument(
+        "--output_dir: expected a directory every host can read (it plays "
+        "the role of the original's bucket)"));
+  }
+  auto type = mesh::ParseAcceleratorType(f.accelerator_type);
+  if (!type.ok()) {
+    return Fail(
+        InvalidArgument("--accelerator_type: " + type.status().message()));
+  }
+  if (f.num_slices < 1 || f.num_slices > 256) {
+    return Fail(InvalidArgument("--num_slices: expected 1 to 256, got " +
+                                std::to_string(f.num_slices)));
+  }
+  if (f.reserved + f.spot + f.best_effort > 1) {
+    return Fail(InvalidArgument(
+        "--reserved: give at most one of --reserved, --spot, --best_effort"));
+  }
+  if (!std::filesystem::is_directory(f.script_dir)) {
+    return Fail(InvalidArgument("--script_dir: '" + f.script_dir +
+                                "' is not a directory"));
+  }
+  std::string run_name = f.run_name;
+  if (run_name.empty()) {
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&now, &tm);
+    char buf[64];
+    std::strftime(buf, sizeof buf, "job-%Y%m%d-%H%M%S", &tm);
+    run_name = buf;
+  }
+  if (run_name.find('/') != std::string::npos || run_name == "." ||
+      run_name == "..") {
+    return Fail(InvalidArgument("--run_name: '" + run_name +
+                                "' must be a plain name, without '/'"));
+  }
+  Result<control::ApiClient> client = MakeControllerClient(f.connection);
+  if (!client.ok()) return Fail(client.status());
+
+  std::error_code ec;
+  std::filesystem::create_directories(f.output_dir, ec);
+  const std::string output_dir =
+      std::filesystem::absolute(f.output_dir, ec).lexically_normal().string();
+  const std::string job_dir = output_dir + "/" + run_name;
+  std::filesystem::create_directories(job_dir, ec);
+  if (ec) {
+    return Fail(InvalidArgument("--output_dir: cannot create '" + job_dir +
+                                "': " + ec.message()));
+  }
+  const double start = Now();
+  // Stale statuses of an earlier job of the same name would end this one.
+  for (const auto& entry : std::filesystem::directory_iterator(job_dir, ec)) {
+    if (entry.path().filename().string().rfind("status_slice_", 0) == 0) {
+      std::filesystem::remove(entry.path(), ec);
+    }
+  }
+  const std::string archive = job_dir + "/code.tar.gz";
+  if (Spawn({"tar", "-czf", archive + ".tmp", "-C", f.script_dir, "."}) != 0) {
+    return Fail(Internal("packing --script_dir '" + f.script_dir +
+                         "' with tar failed"));
+  }
+  std::filesystem::rename(archive + ".tmp", archive, ec);
+
+  const std::string id = QueuedResourceId(run_name);
+  const std::string parent =
+      "/v2alpha1/projects/" + f.project + "/locations/" + f.zone;
+  json node = {{"accelerator_type", f.accelerator_type},
+               {"runtime_version", "multislice"},
+               {"metadata",
+                {{"startup-script",
+                  StartupScript(job_dir, output_dir, run_name, f.command)}}}};
+  json spec = {{"parent", "projects/" + f.project + "/locations/" + f.zone},
+               {"node", node}};
+  if (f.num_slices > 1) {
+    spec["multi_node_params"] = {{"node_count", f.num_slices}};
+  } else {
+    spec["node_id"] = id;
+  }
+  json body = {{"tpu", {{"node_spec", json::array({spec})}}}};
+  if (f.reserved) body["guaranteed"] = {{"reserved", true}};
+  if (f.spot) body["spot"] = json::object();
+  if (f.best_effort) body["best_effort"] = json::object();
+  Result<json> op = Checked(client->Call(
+      "POST", parent + "/queuedResources?queued_resource_id=" + id, &body));
+  if (!op.ok()) return Fail(op.status());
+  if (!f.json) {
+    std::printf("%s: queued resource %s: %d x %s, code and logs in %s\n", kName,
+                id.c_str(), f.num_slices, f.accelerator_type.c_str(),
+                job_dir.c_str());
+    std::fflush(stdout);
+  }
+
+  // Follow the queued resource and the workers' statuses.
+  const int workers_per_slice = type->hosts_per_slice();
+  const int total = f.num_slices * workers_per_slice;
+  std::vector<train::StateObservation> states;
+  const auto deadline = Clock::now() + std::chrono::seconds(f.timeout_seconds);
+  bool failing = false;  // since failed_since
+  Clock::time_point failed_since;
+  int exit_code = 0;
+  std::string outcome;
+  std::string last_line;
+  const bool tty = runtime::ShowProgress() && !f.json;
+  for (;;) {
+    if (Clock::now() > deadline) {
+      exit_code = 1;
+      outcome = "timed out after " + std::to_string(f.timeout_seconds) + " s";
+      break;
+    }
+    Result<json> qr =
+        Checked(client->Call("GET", parent + "/queuedResources/" + id));
+    if (!qr.ok()) {
+      exit_code = 1;
+      outcome = "lost the queued resource: " + qr.status().message();
+      break;
+    }
+    const std::string state = (*qr)["state"].value("state", "");
+    const int attempt = qr->value("attempt", 0);
+    if (states.empty() || states.back().state != state ||
+        states.back().attempt != attempt) {
+      states.push_back({Now(), state, attempt});
+      if (!f.json && !tty) {
+        std::printf("%s: %s, attempt %d\n", kName, state.c_str(), attempt);
+        std::fflush(stdout);
+      }
+    }
+    if (state == "FAILED" || state == "SUSPENDED" || state == "SUSPENDING") {
+      exit_code = 1;
+      outcome = "the queued resource is " + state;
+      break;
+    }
+    int finished = 0;
+    std::string failure;
+    std::string waiting;
+    for (int s = 0; s < f.num_slices; ++s) {
+      for (int w = 0; w < workers_per_slice; ++w) {
+        const std::string name =
+            "slice " + std::to_string(s) + " worker " + std::to_string(w);
+        std::optional<WorkerStatus> status =
+            ReadStatus(job_dir + "/status_slice_" + std::to_string(s) +
+                       "_worker_" + std::to_string(w));
+        if (!status || status->attempt != attempt) {
+          if (waiting.empty()) waiting = name;
+          continue;
+        }
+        ++finished;
+        if (status->exit_code != 0 && failure.empty()) {
+          failure = name + " exited with code " +
+                    std::to_string(status->exit_code) + " (attempt " +
+                    std::to_string(attempt) + ")";
+          exit_code = status->exit_code;
+        }
+      }
+    }
+    if (state == "ACTIVE" && finished == total && failure.empty()) {
+      exit_code = 0;
+      outcome = "the command finished on all " + std::to_string(total) +
+                " workers (attempt " + std::to_string(attempt) + ")";
+      break;
+    }
+    // A failing worker may be the first sign of a host failure that a
+    // repair will follow: wait a grace period before calling it final.
+    if (!failure.empty() && state == "ACTIVE") {
+      if (!failing) {
+        failing = true;
+        failed_since = Clock::now();
+      }
+      if (Clock::now() - failed_since >
+          std::chrono::seconds(f.failure_grace_seconds)) {
+        outcome = failure;
+        break;
+      }
+    } else {
+      failing = false;
+    }
+    if (tty) {
+      std::string line =
+          state + ", attempt " + std::to_string(attempt) + ": completed " +
+          std::to_string(finished) + "/" + std::to_string(total) +
+          (waiting.empty() ? "" : ", " + waiting + " still working...");
+      if (line != last_line) {
+        std::printf("\r\033[K%s", line.c_str());
+        std::fflush(stdout);
+        last_line = line;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (tty) std::printf("\n");
+  const double end = Now();
+
+  // Goodput, from the trainer's metrics if the command wrote them into the
+  // job directory (base_output_directory=$MULTISLICE_OUTPUT_DIR
+  // run_name=$MULTISLICE_RUN_NAME).
+  std::vector<json> records;
+  if (auto all = train::MetricsWriter::ReadAll(job_dir + "/metrics.jsonl");
+      all.ok()) {
+    records = *all;
+  }
+  json report;
+  if (auto goodput = train::ComputeGoodput(start, end, records, states);
+      goodput.ok()) {
+    report = goodput->ToJson();
+  }
+  report["run_name"] = run_name;
+  report["queued_resource"] = id;
+  report["exit_code"] = exit_code;
+  report["outcome"] = outcome;
+  json timeline = json::array();
+  for (const train::StateObservation& o : states) {
+    timeline.push_back(
+        {{"time", o.time}, {"state", o.state}, {"attempt", o.attempt}});
+  }
+  report["timeline"] = timeline;
+  {
+    std::ofstream out(job_dir + "/goodput.json.tmp");
+    out << report.dump(2) << "\n";
+  }
+  std::filesystem::rename(job_dir + "/goodput.json.tmp",
+                          job_dir + "/goodput.json", ec);
+
+  if (!f.keep) {
+    Result<json> del = Checked(client->Call(
+        "DELETE", parent + "/queuedResources/" + id + "?force=true"));
+    if (del.ok()) {
+      for (int i = 0; i < 600; ++i) {
+        Result<control::HttpResponse> r =
+            client->Call("GET", parent + "/queuedResources/" + id);
+        if (r.ok() && r->status == 404) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    } else {
+      std::fprintf(stderr, "%s: could not delete %s: %s\n", kName, id.c_str(),
+                   del.status().message().c_str());
+    }
+  }
+  if (f.json) {
+    std::printf("%s\n", report.dump().c_str());
+  } else {
+    std::printf(
+        "%s: %s; wall %.1f s, goodput %.1f%% (%d failure(s), "
+        "%.1f s detection, %.1f s repair, %.1f s restart, %lld "
+        "recomputed step(s)); %s/goodput.json%s\n",
+        kName, outcome.c_str(), report.value("wall_seconds", 0.0),
+        report.value("goodput_percent", 0.0), report.value("failures", 0),
+        report.value("detection_seconds", 0.0),
+        report.value("repair_seconds", 0.0),
+        report.value("restart_seconds", 0.0),
+        static_cast<long long>(report.value("recomputed_steps", 0)),
+        job_dir.c_str(), f.keep ? "" : "; queued resource deleted");
+  }
+  return exit_code;
+}
+
+}  // namespace
+
+void AddJobCommand(CLI::App& root, CommandTable& table) {
+  CLI::App* cmd = root.add_subcommand(
+      "job",
+      "Run a command on every worker of a new queued resource, as MaxText's "
+      "multihost_job.py: the code of --script_dir is stored in "
+      "OUTPUT_DIR/RUN_NAME/, the startup script fetches it and runs the "
+      "command (logs: main_command_log_slice_S_worker_W), a repair or reset "
+      "reruns it, and the job ends when the command has finished on every "
+      "worker. Writes goodput.json and deletes the queued resource (unless "
+      "--keep). The command sees MULTISLICE_OUTPUT_DIR, MULTISLICE_RUN_NAME "
+      "and MULTISLICE_JOB_DIR; a trainer given base_output_directory="
+      "$MULTISLICE_OUTPUT_DIR run_name=$MULTISLICE_RUN_NAME resumes from its "
+      "checkpoints after a repair, and its metrics feed goodput.json.\n"
+      "Example:\n"
+      "  multislice job --accelerator_type cpu-1 --num_slices 2 "
+      "--output_dir /shared/jobs --run_name demo \\\n"
+      "    --command 'multislice train configs/quickstart.yml "
+      "base_output_directory=$MULTISLICE_OUTPUT_DIR "
+      "run_name=$MULTISLICE_RUN_NAME'");
+  auto f = std::make_shared<JobFlags>();
+  AddControllerFlags(cmd, &f->connection);
+  AddStringFlag(cmd, "accelerator_type", &f->accelerator_type,
+                "Type of each slice, e.g. cpu-2.")
+      ->required();
+  AddIntFlag(cmd, "num_slices", &f->num_slices, "Number of slices.");
+  AddStringFlag(cmd, "command", &f->command,
+                "Shell command run on every worker, in the unpacked code.")
+      ->required();
+  AddStringFlag(cmd, "script_dir", &f->script_dir,
+                "Directory packed and shipped to every worker.");
+  AddStringFlag(cmd, "run_name", &f->run_name,
+                "Name of the job (default job-<UTC time>).");
+  AddStringFlag(cmd, "output_dir", &f->output_dir,
+                "Directory every host can read: code, logs, goodput.json.")
+      ->required();
+  AddStringFlag(cmd, "project", &f->project, "Project of the queued resource.");
+  AddStringFlag(cmd, "zone", &f->zone, "Zone of the queued resource.");
+  AddBoolFlag(cmd, "reserved", &f->reserved, "Reserved tier.");
+  AddBoolFlag(cmd, "spot", &f->spot, "Spot tier.");
+  AddBoolFlag(cmd, "best_effort", &f->best_effort, "Best-effort tier.");
+  AddBoolFlag(cmd, "keep", &f->keep, "Keep the queued resource at the end.");
+  AddIntFlag(cmd, "timeout_seconds", &f->timeout_seconds,
+             "Give up (exit 1) after this long.");
+  AddIntFlag(cmd, "failure_grace_seconds", &f->failure_grace_seconds,
+             "How long a failed worker may wait for a repair to begin before "
+             "the job fails.");
+  AddBoolFlag(cmd, "json", &f->json, "Print goodput.json's object at the end.");
+  table[cmd] = [f] { return Run(*f); };
+}
+
+}  // namespace multislice::cli
