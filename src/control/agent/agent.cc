@@ -291,6 +291,16 @@ struct Agent::Impl {
     }
     std::vector<std::string> env;
     if (Status s = ParseEnv(*body, &env); !s.ok()) return WriteStatus(res, s);
+    // This host's memory for the trainer's in-memory replicas: one directory
+    // per agent under /dev/shm, so that a replacement host (another agent)
+    // starts without the failed host's state even on one machine.
+    if (std::none_of(env.begin(), env.end(), [](const std::string &e) {
+          return e.rfind("MULTISLICE_HOST_MEMORY_DIR=", 0) == 0;
+        })) {
+      env.push_back("MULTISLICE_HOST_MEMORY_DIR=/dev/shm/multislice-" +
+                    std::to_string(::getuid()) + "/agent-" +
+                    std::to_string(std::hash<std::string>{}(options.workdir)));
+    }
     auto status = table->Start(name, attempt, script, env);
     if (!status.ok()) return WriteStatus(res, status.status());
     WriteJson(res, 201, *status);
