@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "common/bf16.h"
+#include "compute/vec16.h"
 
 // The vector types below are passed between inline functions of this file
 // only, never across an ABI boundary, so GCC's note that their calling
@@ -25,18 +26,17 @@ namespace {
 
 // 16 lanes: one AVX-512 register, two AVX2 or four SSE2 ones.
 constexpr size_t kLanes = 16;
-typedef float F16 __attribute__((vector_size(64)));
-typedef int32_t I16 __attribute__((vector_size(64)));
-typedef uint32_t U16 __attribute__((vector_size(64)));
-typedef uint16_t H16 __attribute__((vector_size(32)));
+using vec::F16;
+using vec::H16;
+using vec::I16;
+using vec::Splat;
+using vec::U16;
 typedef float F8 __attribute__((vector_size(32)));
 typedef double D8 __attribute__((vector_size(64)));
 
 #define MS_INLINE [[gnu::always_inline]] inline
 #define MS_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-
-MS_INLINE F16 Splat(float v) { return F16{} + v; }
 
 // Loads 16 elements of type T from p[i..i+16) as f32.
 template <DType T>
@@ -112,39 +112,11 @@ MS_INLINE void Map2(const void* x0, const void* x1, void* y, size_t n, F f) {
   }
 }
 
-// exp(a) for a in [-104, 0] (below that the result underflows to 0 anyway).
-// a = n ln2 + r with |r| <= ln2/2; exp(r) by its Taylor series to r^7
-// (truncation error below 1e-8 relative); 2^n applied as two exact powers of
-// two so that a subnormal result is rounded only once.
-MS_INLINE F16 ExpNonPositive(const F16& a) {
-  const float kLog2e = 1.44269504088896341f;
-  // ln2 split so that n * kLn2Hi is exact for |n| < 2^11.
-  const float kLn2Hi = 0x1.62ep-1f;
-  const float kLn2Lo = static_cast<float>(0.69314718055994530942 - 0x1.62ep-1);
-  const float kRoundMagic = 0x1.8p23f;  // adding it rounds to an integer
-  F16 n = (a * kLog2e + kRoundMagic) - kRoundMagic;
-  F16 r = (a - n * kLn2Hi) - n * kLn2Lo;
-  F16 p = Splat(1.0f / 5040);
-  p = p * r + 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  I16 ni = __builtin_convertvector(n, I16);  // in [-151, 0]
-  I16 n1 = ni >> 1;
-  I16 n2 = ni - n1;
-  F16 s1 = reinterpret_cast<F16>((n1 + 127) << 23);
-  F16 s2 = reinterpret_cast<F16>((n2 + 127) << 23);
-  return (p * s1) * s2;
-}
-
 struct SigmoidOp {
   MS_INLINE F16 operator()(const F16& x) const {
     F16 ax = reinterpret_cast<F16>(reinterpret_cast<U16>(x) & 0x7fffffffu);
     ax = ax < 104.0f ? ax : Splat(104.0f);  // also maps NaN to 104
-    F16 t = ExpNonPositive(-ax);            // exp(-|x|) in (0, 1]
+    F16 t = vec::ExpNonPositive(-ax);       // exp(-|x|) in (0, 1]
     // 1 / (1 + e^-x) for x >= 0; e^x / (1 + e^x) for x < 0, so that nothing
     // overflows and small results keep their relative accuracy.
     F16 y = (x >= 0.0f ? Splat(1.0f) : t) / (1.0f + t);

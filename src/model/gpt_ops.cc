@@ -31,6 +31,7 @@
 
 #include "compute/elementwise.h"
 #include "compute/matmul.h"
+#include "compute/vec16.h"
 
 // The vector types below are passed between inline functions of this file
 // only, never across an ABI boundary.
@@ -45,16 +46,15 @@ constexpr float kGeluScale = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
 
 constexpr int kLanes = 16;
-typedef float F16 __attribute__((vector_size(64)));
-typedef int32_t I16 __attribute__((vector_size(64)));
-typedef uint32_t U16 __attribute__((vector_size(64)));
-typedef uint16_t H16 __attribute__((vector_size(32)));
+using compute::vec::F16;
+using compute::vec::H16;
+using compute::vec::I16;
+using compute::vec::Splat;
+using compute::vec::U16;
 
 #define MS_INLINE [[gnu::always_inline]] inline
 #define MS_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-
-MS_INLINE F16 Splat(float v) { return F16{} + v; }
 
 MS_INLINE F16 Load(const float* p) {
   F16 v;
@@ -100,32 +100,11 @@ MS_INLINE float HMax(const F16& v) {
 }
 MS_INLINE F16 Max(const F16& a, const F16& b) { return a > b ? a : b; }
 
-// exp(a) for a <= 0 (below -104 the result underflows to 0 anyway, and a is
-// clamped there). a = n ln2 + r with |r| <= ln2/2; exp(r) by its Taylor
-// series to r^7; 2^n applied as two exact powers of two so that a subnormal
-// result is rounded only once. -inf gives 0.
+// exp(a) for a <= 0; below -104 the result underflows to 0 anyway, so a is
+// clamped there (-inf gives 0).
 MS_INLINE F16 ExpNonPositive(F16 a) {
   a = a > -104.0f ? a : Splat(-104.0f);
-  const float kLog2e = 1.44269504088896341f;
-  const float kLn2Hi = 0x1.62ep-1f;
-  const float kLn2Lo = static_cast<float>(0.69314718055994530942 - 0x1.62ep-1);
-  const float kRoundMagic = 0x1.8p23f;
-  F16 n = (a * kLog2e + kRoundMagic) - kRoundMagic;
-  F16 r = (a - n * kLn2Hi) - n * kLn2Lo;
-  F16 p = Splat(1.0f / 5040);
-  p = p * r + 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  I16 ni = __builtin_convertvector(n, I16);  // in [-151, 0]
-  I16 n1 = ni >> 1;
-  I16 n2 = ni - n1;
-  F16 s1 = reinterpret_cast<F16>((n1 + 127) << 23);
-  F16 s2 = reinterpret_cast<F16>((n2 + 127) << 23);
-  return (p * s1) * s2;
+  return compute::vec::ExpNonPositive(a);
 }
 
 // s = sigmoid(z) and 1 - s, each without cancellation.
