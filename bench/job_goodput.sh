@@ -63,5 +63,5 @@ EOF
 }
 
 run_job checkpoint ""
-run_job in-memory "enable_in_memory_recovery=true"
+run_job in-memory "enable_in_memory_recovery=true in_memory_replica_period=10"
 echo "outputs in $out"

@@ -22,12 +22,23 @@ $ms train $config "${common[@]}" run_name=mfu steps=60 \
   json '"mean step %.4f s, %.0f tokens/s, MFU %.1f%% of %.3f TFLOP/s (step %.4f TFLOP)" % (d["mean_step_time_s"], d["tokens_per_s"], 100*d["mean_mfu"], d["peak_tflops_per_device"], d["step_tflop_per_device"])'
 
 echo "== 2. checkpoint every 10 steps vs none (2 slices, 150 steps each, twice)"
+# Wall time per step between the first and the last step's end (metrics.jsonl
+# "time"), so that everything a save costs the loop counts: the blocking copy
+# out of the buffers and the background writer competing for the cores.
+wall_per_step() {
+  python3 -c 'import json,sys
+r=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print((r[-1]["time"]-r[0]["time"])/(len(r)-1))' "$out/$1/metrics.jsonl"
+}
 for rep in 1 2; do
-  none=$($ms train $config "${common[@]}" run_name=none$rep steps=150 \
-    enable_checkpointing=false --json | json 'd["mean_step_time_s"]')
-  ckpt=$($ms train $config "${common[@]}" run_name=ckpt$rep steps=150 \
-    checkpoint_period=10 --json | json 'd["mean_step_time_s"]')
-  python3 -c "print('rep $rep: without %.4f s/step, with checkpoint_period=10 %.4f s/step, ratio %.3f' % ($none, $ckpt, $ckpt/$none))"
+  $ms train $config "${common[@]}" run_name=none$rep steps=150 \
+    enable_checkpointing=false --json >/dev/null
+  $ms train $config "${common[@]}" run_name=ckpt$rep steps=150 \
+    checkpoint_period=10 --json >/dev/null
+  none=$(wall_per_step none$rep)
+  ckpt=$(wall_per_step ckpt$rep)
+  saves=$(ls -d "$out/ckpt$rep"/checkpoints/*/ | wc -l)
+  python3 -c "print('rep $rep: without %.4f s/step, with checkpoint_period=10 %.4f s/step (15 saves, %d kept), ratio %.3f' % ($none, $ckpt, $saves, $ckpt/$none))"
 done
 
 echo "== 3. synchronous save vs sequential write (same directory: $out)"

@@ -84,7 +84,10 @@ Result<Goodput> ComputeGoodput(double start, double end,
     for (const StateObservation& o : states) {
       if (o.time < last_step) continue;
       if (down < 0 && o.state != "ACTIVE") down = o.time;
-      if (down >= 0 && o.state == "ACTIVE" && o.attempt >= next->first) {
+      // Attempt 0: an observation that does not know the attempt (the
+      // controller's state history).
+      if (down >= 0 && o.state == "ACTIVE" &&
+          (o.attempt == 0 || o.attempt >= next->first)) {
         up = o.time;
         break;
       }
