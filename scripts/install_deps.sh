@@ -16,6 +16,7 @@ packages=(
   libyaml-cpp-dev                    # train configs (configs/*.yml)
   fortunes                           # the default training corpus
   openmpi-bin libopenmpi-dev         # the mpi-flat benchmark baseline
+  chromium chromium-driver           # the console's browser test (headless)
 )
 
 if [ "${1:-}" = "--peer" ]; then

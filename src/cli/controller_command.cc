@@ -194,6 +194,9 @@ int RunController(const ControllerCommandFlags& flags) {
   std::printf("export MULTISLICE_CONTROLLER=%s MULTISLICE_TOKEN_FILE=%s\n",
               url.c_str(), token_file.c_str());
   std::fflush(stdout);
+  // On stderr: tools read the URL from the last http:// word of stdout.
+  std::fprintf(stderr, "%s: console at %s/console (the token in %s)\n", kName,
+               url.c_str(), token_file.c_str());
 
   std::vector<pid_t> agents;
   std::map<pid_t, std::string> agent_dirs;

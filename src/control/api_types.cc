@@ -500,6 +500,12 @@ json QueuedResourceRecord::ToStorage() const {
                           {"hosts", n.hosts},
                           {"started", n.started}});
   }
+  json history = json::array();
+  for (const StateChange& c : state_history) {
+    history.push_back({{"state", c.state},
+                       {"timeMs", c.time_ms},
+                       {"initiator", c.initiator}});
+  }
   return {{"name", name},
           {"project", project},
           {"zone", zone},
@@ -521,7 +527,22 @@ json QueuedResourceRecord::ToStorage() const {
           {"retiredHosts", retired_hosts},
           {"deleteRequested", delete_requested},
           {"waitingOps", waiting_ops},
-          {"coordinator", coordinator}};
+          {"coordinator", coordinator},
+          {"stateHistory", history}};
+}
+
+bool QueuedResourceRecord::RecordStateChange(int64_t now_ms) {
+  const std::string name = StateName(state);
+  if (!state_history.empty() && state_history.back().state == name &&
+      state_history.back().initiator == state_initiator) {
+    return false;
+  }
+  state_history.push_back({name, now_ms, state_initiator});
+  if (state_history.size() > kMaxStateHistory) {
+    state_history.erase(state_history.begin(),
+                        state_history.end() - kMaxStateHistory);
+  }
+  return true;
 }
 
 Result<QueuedResourceRecord> QueuedResourceRecord::FromStorage(const json& j) {
@@ -557,6 +578,12 @@ Result<QueuedResourceRecord> QueuedResourceRecord::FromStorage(const json& j) {
     r.delete_requested = j.at("deleteRequested");
     r.waiting_ops = j.at("waitingOps").get<std::vector<std::string>>();
     r.coordinator = j.at("coordinator");
+    // Absent in records written before the history existed.
+    for (const json& c : j.value("stateHistory", json::array())) {
+      r.state_history.push_back({c.at("state").get<std::string>(),
+                                 c.at("timeMs").get<int64_t>(),
+                                 c.at("initiator").get<std::string>()});
+    }
     return r;
   } catch (const json::exception& e) {
     return Internal(std::string("stored queued resource is malformed: ") +
@@ -593,6 +620,13 @@ json QueuedResourceRecord::ToApi() const {
   out["tier"] = TierName(spec.tier);
   out["attempt"] = attempt;
   out["quotaHeldChips"] = holds_quota ? total_chips() : 0;
+  json history = json::array();
+  for (const StateChange& c : state_history) {
+    history.push_back({{"state", c.state},
+                       {"time", FormatTimestamp(c.time_ms)},
+                       {"initiator", c.initiator}});
+  }
+  out["stateHistory"] = history;
   return out;
 }
 

@@ -91,6 +91,16 @@ struct NodeRecord {
   bool started = false;            // workers of the current attempt run
 };
 
+// One entry of a queued resource's state history (an extra output field,
+// `stateHistory`, for the console's details page).
+struct StateChange {
+  std::string state;      // StateName()
+  int64_t time_ms = 0;    // wall clock
+  std::string initiator;  // USER or SERVICE
+};
+// The most entries kept; older ones are dropped first.
+inline constexpr size_t kMaxStateHistory = 64;
+
 // One queued resource as the controller stores it. The store keeps it as
 // the JSON of ToStorage(); the API answers with ToApi().
 struct QueuedResourceRecord {
@@ -115,8 +125,14 @@ struct QueuedResourceRecord {
   std::vector<NodeRecord> nodes;
   std::vector<std::string> retired_hosts;  // lost hosts whose workers we stop
   bool delete_requested = false;
-  std::vector<std::string> waiting_ops;  // finished when the transition ends
-  std::string coordinator;               // MEGASCALE_COORDINATOR_ADDRESS
+  std::vector<std::string> waiting_ops;    // finished when the transition ends
+  std::string coordinator;                 // MEGASCALE_COORDINATOR_ADDRESS
+  std::vector<StateChange> state_history;  // oldest first, bounded
+
+  // Appends {state, now_ms, state_initiator} unless the last entry already
+  // has this state and initiator; keeps the last kMaxStateHistory entries.
+  // Returns whether an entry was added.
+  bool RecordStateChange(int64_t now_ms);
 
   int total_chips() const {
     return chips_per_slice * static_cast<int>(spec.node_ids.size());

@@ -128,5 +128,54 @@ TEST(ApiTypesTest, RecordsRoundTripThroughStorage) {
   EXPECT_EQ(api["quotaHeldChips"], 4);
 }
 
+TEST(ApiTypesTest, StateHistoryIsBoundedDedupedAndStored) {
+  QueuedResourceRecord r;
+  r.state = QrState::kAccepted;
+  EXPECT_TRUE(r.RecordStateChange(1000));
+  EXPECT_FALSE(r.RecordStateChange(2000));  // same state and initiator
+  r.state_initiator = "SERVICE";
+  EXPECT_TRUE(r.RecordStateChange(3000));  // same state, new initiator
+  ASSERT_EQ(r.state_history.size(), 2u);
+  EXPECT_EQ(r.state_history[0].state, "ACCEPTED");
+  EXPECT_EQ(r.state_history[0].time_ms, 1000);
+  EXPECT_EQ(r.state_history[1].initiator, "SERVICE");
+  for (int i = 0; i < 200; ++i) {
+    r.state = i % 2 ? QrState::kActive : QrState::kProvisioning;
+    r.RecordStateChange(10000 + i);
+  }
+  ASSERT_EQ(r.state_history.size(), kMaxStateHistory);
+  EXPECT_EQ(r.state_history.back().time_ms, 10199);  // the newest are kept
+  EXPECT_EQ(r.state_history.back().state, "ACTIVE");
+
+  json api = r.ToApi();
+  ASSERT_EQ(api["stateHistory"].size(), kMaxStateHistory);
+  EXPECT_EQ(api["stateHistory"].back()["time"], "1970-01-01T00:00:10.199Z");
+  EXPECT_EQ(api["stateHistory"].back()["initiator"], "SERVICE");
+}
+
+TEST(ApiTypesTest, RecordsWithoutStateHistoryStillLoad) {
+  Result<QueuedResourceSpec> spec =
+      ParseQueuedResource(json::parse(R"({"tpu": {"node_spec": [{"node_id": "n",
+        "node": {"accelerator_type": "cpu-1"}}]}})"),
+                          "qr", 0);
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  QueuedResourceRecord r;
+  r.name = "projects/p/locations/z/queuedResources/qr";
+  r.id = "qr";
+  r.spec = *spec;
+  r.state = QrState::kActive;
+  r.RecordStateChange(5);
+  json stored = r.ToStorage();
+  Result<QueuedResourceRecord> back = QueuedResourceRecord::FromStorage(stored);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_EQ(back->state_history.size(), 1u);
+  EXPECT_EQ(back->state_history[0].state, "ACTIVE");
+  EXPECT_EQ(back->state_history[0].time_ms, 5);
+  stored.erase("stateHistory");  // written before the field existed
+  back = QueuedResourceRecord::FromStorage(stored);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_TRUE(back->state_history.empty());
+}
+
 }  // namespace
 }  // namespace multislice::control

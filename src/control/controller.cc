@@ -29,6 +29,7 @@
 #include <set>
 #include <thread>
 
+#include "control/console/console.h"
 #include "control/http.h"
 #include "control/scheduler.h"
 #include "control/store.h"
@@ -198,9 +199,13 @@ class Controller::Impl {
   void HandleWorkers(const httplib::Request& req, httplib::Response& res);
   void HandleFailHost(const httplib::Request& req, httplib::Response& res);
   void HandleHosts(const httplib::Request& req, httplib::Response& res);
+  void HandleCapacity(const httplib::Request& req, httplib::Response& res);
+  void HandleQrOperations(const httplib::Request& req, httplib::Response& res);
+  void HandleLogs(const httplib::Request& req, httplib::Response& res);
 
   // --- state (all under mu_) ---
-  Status Persist(const QueuedResourceRecord& r,
+  // Also appends r's state to its history when it changed.
+  Status Persist(QueuedResourceRecord& r,
                  std::vector<OperationRecord> ops = {});
   Status PersistHost(const Host& h);
   OperationRecord NewOperation(const QueuedResourceRecord& r,
@@ -397,6 +402,15 @@ void Controller::Impl::Route() {
               Authed([this](R q, W s) { HandleHosts(q, s); }));
   server_.Get(R"(/internal/v1/queuedResources/([^/]+)/workers)",
               Authed([this](R q, W s) { HandleWorkers(q, s); }));
+  server_.Get("/internal/v1/capacity",
+              Authed([this](R q, W s) { HandleCapacity(q, s); }));
+  server_.Get(R"(/internal/v1/queuedResources/([^/]+)/operations)",
+              Authed([this](R q, W s) { HandleQrOperations(q, s); }));
+  server_.Get(R"(/internal/v1/queuedResources/([^/]+)/logs)",
+              Authed([this](R q, W s) { HandleLogs(q, s); }));
+  // The console's static files need no token (they hold no data); every
+  // API call they make carries it.
+  MountConsole(server_);
 }
 
 std::string QrName(const std::string& project, const std::string& zone,
@@ -764,6 +778,68 @@ void Controller::Impl::HandleHosts(const httplib::Request&,
   WriteJson(res, 200, out);
 }
 
+void Controller::Impl::HandleCapacity(const httplib::Request&,
+                                      httplib::Response& res) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, std::string> owners = HostOwners();
+  const int64_t steady = SteadyMs();
+  json hosts = json::array();
+  for (const auto& [id, h] : hosts_) {
+    const bool used = owners.count(id) > 0;
+    hosts.push_back({{"id", id},
+                     {"hostname", h.hostname},
+                     {"zone", h.zone},
+                     {"acceleratorType", h.accelerator_type},
+                     {"agentAddress", h.agent_address},
+                     {"state", h.lost ? "LOST" : (used ? "USED" : "FREE")},
+                     {"lostReason", h.lost_reason},
+                     {"queuedResource", used ? owners[id] : ""},
+                     {"heartbeatAgeMs", steady - h.last_heartbeat}});
+  }
+  int64_t held[kNumTiers] = {0, 0, 0, 0};
+  int64_t idle[kNumTiers] = {0, 0, 0, 0};  // FAILED or SUSPENDED
+  int idle_count[kNumTiers] = {0, 0, 0, 0};
+  for (const auto& [name, r] : records_) {
+    if (!r.holds_quota) continue;
+    const int t = static_cast<int>(r.spec.tier);
+    held[t] += r.total_chips();
+    if (r.state == QrState::kFailed || r.state == QrState::kSuspended) {
+      idle[t] += r.total_chips();
+      ++idle_count[t];
+    }
+  }
+  json tiers = json::array();
+  for (int t = 0; t < kNumTiers; ++t) {
+    tiers.push_back({{"tier", TierName(static_cast<Tier>(t))},
+                     {"usedChips", held[t]},
+                     {"quotaChips", options_.quota_chips[t]},
+                     {"heldByFailedOrSuspendedChips", idle[t]},
+                     {"failedOrSuspended", idle_count[t]}});
+  }
+  WriteJson(res, 200, {{"hosts", hosts}, {"tiers", tiers}});
+}
+
+void Controller::Impl::HandleQrOperations(const httplib::Request& req,
+                                          httplib::Response& res) {
+  const std::string id = req.matches[1];
+  std::lock_guard<std::mutex> lock(mu_);
+  QueuedResourceRecord* r = FindById(id);
+  if (!r) {
+    WriteError(res, 404, "NOT_FOUND", "queued resource " + id + " not found");
+    return;
+  }
+  std::vector<const OperationRecord*> matching;
+  for (const auto& [name, op] : ops_) {
+    if (op.target == r->name) matching.push_back(&op);
+  }
+  std::sort(matching.begin(), matching.end(), [](const auto* a, const auto* b) {
+    return a->create_ms < b->create_ms;
+  });
+  json out = json::array();
+  for (const OperationRecord* op : matching) out.push_back(op->ToApi());
+  WriteJson(res, 200, {{"operations", out}});
+}
+
 void Controller::Impl::HandleWorkers(const httplib::Request& req,
                                      httplib::Response& res) {
   const std::string id = req.matches[1];
@@ -794,8 +870,11 @@ void Controller::Impl::HandleWorkers(const httplib::Request& req,
 
 // ---------------------------------------------------------------- state
 
-Status Controller::Impl::Persist(const QueuedResourceRecord& r,
+Status Controller::Impl::Persist(QueuedResourceRecord& r,
                                  std::vector<OperationRecord> ops) {
+  // Every transition is persisted here, so this is where the history sees
+  // every state change.
+  r.RecordStateChange(WallMs());
   StoreChange change;
   change.put_queued_resources.push_back(r);
   change.put_operations = std::move(ops);
@@ -1006,8 +1085,8 @@ void Controller::Impl::Schedule(int64_t) {
                      r.hosts_per_slice,
                      r.chips_per_slice,
                      0,
-                     false};
-    req.zone = r.zone;
+                     false,
+                     r.zone};
     if (r.state == QrState::kWaitingForResources && !r.holds_quota) {
       req.slices = static_cast<int>(r.nodes.size());
       in.requests.push_back(req);
@@ -1266,6 +1345,105 @@ void ForEachParallel(const std::vector<T>& items, F fn) {
 }
 
 }  // namespace
+
+void Controller::Impl::HandleLogs(const httplib::Request& req,
+                                  httplib::Response& res) {
+  const std::string id = req.matches[1];
+  int64_t bytes = 4096;
+  if (req.has_param("bytes")) {
+    const std::string text = req.get_param_value("bytes");
+    char* end = nullptr;
+    long long v = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || v < 1 || v > 65536) {
+      WriteError(res, 400, "INVALID_ARGUMENT",
+                 "bytes: '" + text.substr(0, 40) +
+                     "' is not an integer from 1 to 65536");
+      return;
+    }
+    bytes = v;
+  }
+  struct Target {
+    json entry;
+    std::string agent_address;
+  };
+  std::vector<Target> targets;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    QueuedResourceRecord* r = FindById(id);
+    if (!r) {
+      WriteError(res, 404, "NOT_FOUND", "queued resource " + id + " not found");
+      return;
+    }
+    for (size_t i = 0; i < r->nodes.size(); ++i) {
+      const NodeRecord& n = r->nodes[i];
+      for (size_t w = 0; w < n.hosts.size(); ++w) {
+        auto hit = hosts_.find(n.hosts[w]);
+        if (hit == hosts_.end()) continue;
+        Target t;
+        t.entry = {{"node", n.node_id},
+                   {"nodeIndex", i},
+                   {"worker", w},
+                   {"name", WorkerName(r->id, static_cast<int>(i),
+                                       static_cast<int>(w))},
+                   {"hostId", hit->first}};
+        t.agent_address = hit->second.agent_address;
+        targets.push_back(std::move(t));
+      }
+    }
+  }
+  // Outside the lock: each agent runs `tail` in the worker's directory
+  // (its exec call, like `queued-resources ssh`), read back until done.
+  std::vector<json> out(targets.size());
+  const std::string command = "tail -c " + std::to_string(bytes) +
+                              " startup-script.log 2>/dev/null || true";
+  const std::string token = options_.token;
+  ForEachParallel(targets, [&](const Target& t, size_t i) {
+    json entry = t.entry;
+    entry["log"] = "";
+    Result<ApiClient> client =
+        AgentClient(t.agent_address, token, std::chrono::milliseconds(3000));
+    if (!client.ok()) {
+      entry["error"] = client.status().message();
+      out[i] = entry;
+      return;
+    }
+    json body = {{"command", command}, {"worker", entry["name"]}};
+    Result<HttpResponse> started =
+        client->Call("POST", "/agent/v1/exec", &body);
+    if (!started.ok() || started->status / 100 != 2 ||
+        !started->body.is_object() || !started->body.contains("execId")) {
+      entry["error"] = started.ok() ? ErrorFromResponse(*started).message()
+                                    : started.status().message();
+      out[i] = entry;
+      return;
+    }
+    const std::string exec_id = started->body["execId"].get<std::string>();
+    std::string log;
+    int64_t offset = 0;
+    const int64_t deadline = SteadyMs() + 3000;
+    bool done = false;
+    while (!done && SteadyMs() < deadline) {
+      Result<HttpResponse> r =
+          client->Call("GET", "/agent/v1/exec/" + exec_id +
+                                  "?offset=" + std::to_string(offset));
+      if (!r.ok() || r->status != 200 || !r->body.is_object()) {
+        entry["error"] =
+            r.ok() ? ErrorFromResponse(*r).message() : r.status().message();
+        break;
+      }
+      log += r->body.value("output", "");
+      offset = r->body.value("nextOffset", offset);
+      done = r->body.value("done", false);
+      if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (!done && !entry.contains("error")) {
+      entry["error"] = "the agent did not finish reading the log in 3 s";
+    }
+    entry["log"] = log;
+    out[i] = entry;
+  });
+  WriteJson(res, 200, {{"workers", out}, {"bytes", bytes}});
+}
 
 WorkResult Controller::Impl::RunStart(const std::string& token,
                                       const std::vector<StartTarget>& targets,

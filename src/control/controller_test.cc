@@ -709,5 +709,68 @@ TEST_F(ControllerTest, QueueingPolicyAndQuota) {
   ASSERT_TRUE(WaitState("over", "ACTIVE"));
 }
 
+// The console's extra fields and calls: the state history (persisted with
+// the record), the operations of one queued resource, and the capacity.
+TEST_F(ControllerTest, StateHistoryOperationsAndCapacity) {
+  ControllerOptions options;
+  options.reconcile_interval = std::chrono::milliseconds(20);
+  options.quota_chips[static_cast<int>(Tier::kSpot)] = 64;
+  StartController(options);
+  for (int i = 0; i < 3; ++i) AddAgent();
+  ASSERT_EQ(Create("job", CpuBody(2, "", "sleep 1000")).status, 200);
+  ASSERT_TRUE(WaitState("job", "ACTIVE"));
+  ASSERT_EQ(
+      Call("POST", std::string(kParent) + "/queuedResources/job:reset").status,
+      200);
+  ASSERT_TRUE(WaitFor([&] { return Get("job").value("attempt", 0) == 2; }));
+  ASSERT_TRUE(WaitState("job", "ACTIVE"));
+
+  const json history = Get("job")["stateHistory"];
+  std::vector<std::string> states;
+  std::string last_time;
+  for (const json& h : history) {
+    states.push_back(h["state"]);
+    EXPECT_EQ(h["initiator"], "USER");
+    EXPECT_GE(h["time"].get<std::string>(), last_time);  // RFC 3339, UTC
+    last_time = h["time"];
+  }
+  EXPECT_EQ(states, (std::vector<std::string>{
+                        "ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING",
+                        "ACTIVE", "PROVISIONING", "ACTIVE"}));
+
+  HttpResponse ops = Call("GET", "/internal/v1/queuedResources/job/operations");
+  ASSERT_EQ(ops.status, 200);
+  ASSERT_EQ(ops.body["operations"].size(), 2u);
+  EXPECT_EQ(ops.body["operations"][0]["metadata"]["verb"], "create");
+  EXPECT_EQ(ops.body["operations"][1]["metadata"]["verb"], "reset");
+  EXPECT_EQ(Call("GET", "/internal/v1/queuedResources/nope/operations").status,
+            404);
+
+  HttpResponse cap = Call("GET", "/internal/v1/capacity");
+  ASSERT_EQ(cap.status, 200);
+  ASSERT_EQ(cap.body["hosts"].size(), 3u);
+  int used = 0, free = 0;
+  for (const json& h : cap.body["hosts"]) {
+    used += h["state"] == "USED";
+    free += h["state"] == "FREE";
+    EXPECT_GE(h["heartbeatAgeMs"].get<int64_t>(), 0);
+    EXPECT_EQ(h["acceleratorType"], "cpu-2");
+  }
+  EXPECT_EQ(used, 2);
+  EXPECT_EQ(free, 1);
+  ASSERT_EQ(cap.body["tiers"].size(), 4u);
+  EXPECT_EQ(cap.body["tiers"][1]["tier"], "on-demand");
+  EXPECT_EQ(cap.body["tiers"][1]["usedChips"], Get("job")["quotaHeldChips"]);
+  EXPECT_EQ(cap.body["tiers"][1]["quotaChips"], -1);
+  EXPECT_EQ(cap.body["tiers"][2]["quotaChips"], 64);
+  EXPECT_EQ(cap.body["tiers"][2]["usedChips"], 0);
+
+  // Persisted with the record: a restarted controller answers the same.
+  agents_.clear();
+  controller_.reset();
+  StartController(options);
+  EXPECT_EQ(Get("job")["stateHistory"], history);
+}
+
 }  // namespace
 }  // namespace multislice::control
