@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -146,6 +147,22 @@ Result<json> Checked(Result<control::HttpResponse> r) {
   if (r->status < 200 || r->status >= 300)
     return control::ErrorFromResponse(*r);
   return r->body;
+}
+
+// "2026-11-30T08:27:52.123Z" (the API's timestamps) as Unix seconds.
+std::optional<double> ParseTimestamp(const std::string& text) {
+  std::tm tm{};
+  int millis = 0;
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d.%3d%c", &tm.tm_year,
+                  &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec,
+                  &millis, &tail) != 8 ||
+      tail != 'Z') {
+    return std::nullopt;
+  }
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  return static_cast<double>(timegm(&tm)) + millis / 1000.0;
 }
 
 struct WorkerStatus {
@@ -357,6 +374,23 @@ int Run(const JobFlags& f) {
   }
   if (tty) std::printf("\n");
   const double end = Now();
+
+  // The controller's own record of the transitions is exact where the
+  // polling above may miss a repair shorter than its period.
+  if (Result<json> qr =
+          Checked(client->Call("GET", parent + "/queuedResources/" + id));
+      qr.ok()) {
+    for (const json& change : qr->value("stateHistory", json::array())) {
+      const std::optional<double> time =
+          ParseTimestamp(change.value("time", ""));
+      if (time) states.push_back({*time, change.value("state", ""), 0});
+    }
+    std::stable_sort(
+        states.begin(), states.end(),
+        [](const train::StateObservation& a, const train::StateObservation& b) {
+          return a.time < b.time;
+        });
+  }
 
   // Goodput, from the trainer's metrics if the command wrote them into the
   // job directory (base_output_directory=$MULTISLICE_OUTPUT_DIR
