@@ -247,7 +247,8 @@ void AddTrainCommand(CLI::App& root, CommandTable& table) {
   CLI::App* cmd = root.add_subcommand(
       "train",
       "Train a GPT-2 style byte-level language model across slices, "
-      "MaxText style: a YAML config overridden by key=value arguments.\n"
+      "MaxText style: a YAML config overridden by key=value arguments.");
+  cmd->footer(
       "Writes base_output_directory/run_name/: config.json, metrics.jsonl, "
       "loss.svg and checkpoints/. Running the same command again resumes "
       "from the newest complete checkpoint, on any mesh.\n"
@@ -255,13 +256,13 @@ void AddTrainCommand(CLI::App& root, CommandTable& table) {
       "is the product of the dcn_* values (2 when one is -1, or "
       "--num_slices).\n"
       "Examples:\n"
+      "  multislice train configs/quickstart.yml\n"
       "  multislice train configs/base.yml run_name=demo steps=100\n"
-      "  multislice train configs/quickstart.yml dcn_data_parallelism=2\n"
       "  multislice train configs/base.yml run_name=demo dtype=f32 "
       "ici_fsdp_parallelism=2 --accelerator_type cpu-2 --num_slices 1\n"
       "  multislice generate runs/demo --prompt 'The meaning of life'\n\n"
       "Config keys:\n" +
-          DescribeTrainConfigKeys());
+      DescribeTrainConfigKeys());
   auto flags = std::make_shared<TrainFlags>();
   cmd->add_option("config", flags->config_path, "The YAML config file.")
       ->required();
