@@ -432,18 +432,23 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
     const auto begin = static_cast<int64_t>(seg.offset);
     const auto count = static_cast<int64_t>(seg.count);
 
-    std::vector<float> full(static_cast<size_t>(N));
+    // With one fsdp member the shard is the whole buffer: the weights are
+    // used in place and the gradient is reduced in place, without copies.
+    const bool sharded = fsdp->size > 1;
+    std::vector<float> full(sharded ? static_cast<size_t>(N) : 0);
     std::vector<float> grads(static_cast<size_t>(N));
     std::vector<float> shard(seg.count), adam_m(seg.count), adam_v(seg.count),
-        grad_shard(seg.count);
+        grad_shard(sharded ? seg.count : 0);
+    float* const weights = sharded ? full.data() : shard.data();
+    float* const gradient = sharded ? grad_shard.data() : grads.data();
     if (restored) {
       std::copy_n(restored->params.begin() + begin, count, shard.begin());
       std::copy_n(restored->adam_m.begin() + begin, count, adam_m.begin());
       std::copy_n(restored->adam_v.begin() + begin, count, adam_v.begin());
     } else {
-      model::gpt::InitParameters(
-          model_config, static_cast<uint64_t>(config.seed), full.data());
-      std::copy_n(full.begin() + begin, count, shard.begin());
+      model::gpt::InitParameters(model_config,
+                                 static_cast<uint64_t>(config.seed), weights);
+      if (sharded) std::copy_n(full.begin() + begin, count, shard.begin());
     }
 
     DataIteratorOptions data_options;
@@ -590,6 +595,7 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
     const bool reporter_thread = printer && local == 0;
 
     auto gather_weights = [&]() -> Status {
+      if (!sharded) return OkStatus();
       return coll
           .AllGather({"fsdp"}, shard.data(), full.data(),
                      static_cast<size_t>(N), DType::kF32, "weights")
@@ -600,9 +606,8 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
       float sum = 0;
       for (int k = 0; k < config.eval_batches; ++k) {
         const Batch batch = val_data.At(k);
-        ASSIGN_OR_RETURN(float loss,
-                         gpt.Forward(full.data(), batch.inputs.data(),
-                                     batch.targets.data(), B, T));
+        ASSIGN_OR_RETURN(float loss, gpt.Forward(weights, batch.inputs.data(),
+                                                 batch.targets.data(), B, T));
         sum += loss;
       }
       float mean = sum / static_cast<float>(config.eval_batches * num_devices);
@@ -676,22 +681,27 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
       const Clock::time_point step_start = Clock::now();
       const Batch batch = train_data.At(step - 1);
       RETURN_IF_ERROR(gather_weights());
-      ASSIGN_OR_RETURN(float loss, gpt.Forward(full.data(), batch.inputs.data(),
+      ASSIGN_OR_RETURN(float loss, gpt.Forward(weights, batch.inputs.data(),
                                                batch.targets.data(), B, T));
       std::fill(grads.begin(), grads.end(), 0.0f);
-      RETURN_IF_ERROR(gpt.Backward(full.data(), grads.data()));
-      runtime::CollectiveHandle scatter = coll.ReduceScatter(
-          {"fsdp"}, grads.data(), grad_shard.data(), static_cast<size_t>(N),
-          DType::kF32, comm::ReduceOp::kSum, "grads");
-      runtime::CollectiveHandle reduce = coll.AllReduce(
-          {"data"}, grad_shard.data(), grad_shard.data(), seg.count,
-          DType::kF32, comm::ReduceOp::kSum, "grads", scatter);
-      RETURN_IF_ERROR(scatter.Wait());
+      RETURN_IF_ERROR(gpt.Backward(weights, grads.data()));
+      runtime::CollectiveHandle scatter;
+      if (sharded) {
+        scatter = coll.ReduceScatter({"fsdp"}, grads.data(), grad_shard.data(),
+                                     static_cast<size_t>(N), DType::kF32,
+                                     comm::ReduceOp::kSum, "grads");
+      }
+      runtime::CollectiveHandle reduce =
+          coll.AllReduce({"data"}, gradient, gradient, seg.count, DType::kF32,
+                         comm::ReduceOp::kSum, "grads", scatter);
+      if (sharded) RETURN_IF_ERROR(scatter.Wait());
       RETURN_IF_ERROR(reduce.Wait());
       // The mean loss and the squared norm of the summed gradient, in one
       // all-reduce (data replicas hold equal shards: each adds 1/data).
       double sumsq = 0;
-      for (float g : grad_shard) sumsq += static_cast<double>(g) * g;
+      for (int64_t i = 0; i < count; ++i) {
+        sumsq += static_cast<double>(gradient[i]) * gradient[i];
+      }
       float stats[2] = {loss * inv_devices,
                         static_cast<float>(sumsq / data_size)};
       RETURN_IF_ERROR(coll.AllReduce(kAll, stats, stats, 2, DType::kF32,
@@ -703,14 +713,13 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
           model::ClipScale(
               norm, static_cast<float>(config.gradient_clipping_threshold)) *
           inv_devices;
-      for (float& g : grad_shard) g *= scale;
+      for (int64_t i = 0; i < count; ++i) gradient[i] *= scale;
       const double lr = model::LearningRate(
           step, config.steps, config.warmup_steps, config.learning_rate,
           config.cosine_learning_rate_final_fraction);
       adam.lr = static_cast<float>(lr);
-      model::AdamWUpdate(shard.data(), grad_shard.data(), adam_m.data(),
-                         adam_v.data(), count, adam, step,
-                         decay_mask.data() + begin);
+      model::AdamWUpdate(shard.data(), gradient, adam_m.data(), adam_v.data(),
+                         count, adam, step, decay_mask.data() + begin);
       const double seconds = SecondsSince(step_start);
       RETURN_IF_ERROR(train_data.Restore([&] {
         IteratorState s = train_data.state();
