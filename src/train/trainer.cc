@@ -759,7 +759,12 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
         // The run is complete and checkpointed: free the host memory.
         (void)replicas->Wait();
         std::error_code ec;
-        std::filesystem::remove_all(ReplicaDirectory(config, rt.env()), ec);
+        const std::filesystem::path replica_dir =
+            ReplicaDirectory(config, rt.env());
+        std::filesystem::remove_all(replica_dir, ec);
+        // The run's directory too, once its last worker has gone (remove()
+        // leaves a non-empty directory alone).
+        std::filesystem::remove(replica_dir.parent_path(), ec);
       }
     }
     if (reporter_thread) reporter.Plot();
