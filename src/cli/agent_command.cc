@@ -32,6 +32,8 @@ struct AgentFlags {
   std::string accelerator_type;
   std::string zone;
   int port = 0;
+  std::string bind = "127.0.0.1";
+  std::string advertise_address;
   std::string workdir = "multislice-agent";
   std::string hostname;
   int register_timeout_seconds = 30;
@@ -103,6 +105,8 @@ int RunAgent(const AgentFlags& flags) {
   options.zone = flags.zone;
   options.accelerator_type = flags.accelerator_type;
   options.port = flags.port;
+  options.bind = flags.bind;
+  options.advertise_address = flags.advertise_address;
   options.workdir = flags.workdir;
   options.register_timeout =
       std::chrono::seconds(flags.register_timeout_seconds);
@@ -151,7 +155,9 @@ void AddAgentCommand(CLI::App& root, CommandTable& table) {
       "heartbeats, and runs the startup scripts and commands the controller "
       "and `queued-resources ssh` ask for, each as its own process group "
       "under --workdir (workers/NAME/startup-script.log holds a worker's "
-      "output). Listens on 127.0.0.1 only. On SIGTERM it stops every process "
+      "output). Listens on --bind (127.0.0.1 by default; a host of a "
+      "multi-machine job binds a reachable address and advertises it). On "
+      "SIGTERM it stops every process "
       "group (SIGTERM, then SIGKILL after 5 s) and exits. See docs/agent.md.\n"
       "Example:\n"
       "  multislice agent --controller http://127.0.0.1:8470 "
@@ -169,8 +175,15 @@ void AddAgentCommand(CLI::App& root, CommandTable& table) {
       ->required();
   AddStringFlag(cmd, "zone", &flags->zone, "This host's zone.")->required();
   AddIntFlag(cmd, "port", &flags->port,
-             "Port of the agent API on 127.0.0.1; 0 picks a free one.")
+             "Port of the agent API; 0 picks a free one.")
       ->capture_default_str();
+  AddStringFlag(cmd, "bind", &flags->bind,
+                "Address the agent API listens on (0.0.0.0: every "
+                "interface).")
+      ->capture_default_str();
+  AddStringFlag(cmd, "advertise_address", &flags->advertise_address,
+                "Address the controller and the other workers reach this "
+                "host at (default: --bind).");
   AddStringFlag(cmd, "workdir", &flags->workdir,
                 "Directory for the workers' directories and exec output.")
       ->capture_default_str();

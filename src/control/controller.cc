@@ -1189,6 +1189,11 @@ Result<std::string> Controller::Impl::EnsureRedis() {
   pid_t pid = ::fork();
   if (pid < 0) return Internal("cannot fork redis-server");
   if (pid == 0) {
+    // The controller blocks SIGTERM/SIGINT for its signal thread; a child
+    // must not inherit that, or the SIGTERM that stops it would never come.
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {

@@ -240,7 +240,12 @@ struct Agent::Impl {
   bool shutting_down = false;
   std::once_flag shutdown_once;
 
-  std::string Address() const { return "127.0.0.1:" + std::to_string(port); }
+  std::string Address() const {
+    const std::string &host = options.advertise_address.empty()
+                                  ? options.bind
+                                  : options.advertise_address;
+    return host + ":" + std::to_string(port);
+  }
 
   // ----- handlers -----
 
@@ -689,15 +694,16 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentOptions options) {
   server.Get(R"(/agent/v1/exec/([^/:]+))", bounded(&Impl::ReadExec));
   server.Post(R"(/agent/v1/exec/([^/:]+):stop)", bounded(&Impl::StopExec));
 
+  const std::string &bind = impl->options.bind;
   if (impl->options.port == 0) {
-    impl->port = server.bind_to_any_port("127.0.0.1");
-  } else if (server.bind_to_port("127.0.0.1", impl->options.port)) {
+    impl->port = server.bind_to_any_port(bind.c_str());
+  } else if (server.bind_to_port(bind.c_str(), impl->options.port)) {
     impl->port = impl->options.port;
   } else {
     impl->port = -1;
   }
   if (impl->port <= 0) {
-    return Unavailable("cannot listen on 127.0.0.1:" +
+    return Unavailable("cannot listen on " + bind + ":" +
                        std::to_string(impl->options.port));
   }
   impl->server_thread =

@@ -41,6 +41,12 @@ struct AgentOptions {
   std::string zone;
   std::string accelerator_type;
   int port = 0;  // 0: any free port (see Agent::port())
+  // The address the API listens on (0.0.0.0 for every interface), and the
+  // one sent to the controller as agentAddress (empty: `bind`). Agents on
+  // other machines than the controller bind a reachable address and
+  // advertise it; their workers' TPU_WORKER_HOSTNAMES come from it.
+  std::string bind = "127.0.0.1";
+  std::string advertise_address;
   // Where workers/ and exec/ live; created when absent.
   std::string workdir;
   // The first registration retries (with backoff) until this has passed;
@@ -59,7 +65,7 @@ struct AgentOptions {
 
 class Agent {
  public:
-  // Validates the options, creates the workdir, binds 127.0.0.1:port and
+  // Validates the options, creates the workdir, binds bind:port and
   // starts serving and registering (in the background). Fails on bad
   // options or when the port cannot be bound.
   static Result<std::unique_ptr<Agent>> Start(AgentOptions options);
@@ -69,7 +75,7 @@ class Agent {
   Agent &operator=(const Agent &) = delete;
 
   int port() const;
-  // "127.0.0.1:PORT", as sent to the controller.
+  // "ADVERTISE:PORT", as sent to the controller.
   std::string address() const;
 
   // Waits until the first registration succeeded (ok) or failed for good
