@@ -198,6 +198,15 @@ int Run(const JobFlags& f) {
     return Fail(InvalidArgument("--num_slices: expected 1 to 256, got " +
                                 std::to_string(f.num_slices)));
   }
+  if (f.timeout_seconds < 1) {
+    return Fail(InvalidArgument("--timeout_seconds: expected at least 1, got " +
+                                std::to_string(f.timeout_seconds)));
+  }
+  if (f.failure_grace_seconds < 0) {
+    return Fail(
+        InvalidArgument("--failure_grace_seconds: expected at least 0, got " +
+                        std::to_string(f.failure_grace_seconds)));
+  }
   if (f.reserved + f.spot + f.best_effort > 1) {
     return Fail(InvalidArgument(
         "--reserved: give at most one of --reserved, --spot, --best_effort"));

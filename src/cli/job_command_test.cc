@@ -16,6 +16,7 @@
 
 #include "cli/cli_test_util.h"
 #include "common/temp_dir.h"
+#include "control/agent/local_cluster_test_util.h"
 #include "control/http.h"
 #include "train/metrics.h"
 
@@ -62,30 +63,12 @@ class JobCommandTest : public ::testing::Test {
   }
 
   void SetUp() override {
-    const std::string data = dir_.path() + "/controller";
-    controller_ = Spawn(
-        {"controller", "--port", "0", "--data-dir", data, "--heartbeat-timeout",
-         "1", "--local-hosts", "3", "--local-accelerator-type", "cpu-1"},
-        {}, dir_.path(), "controller");
-    ASSERT_TRUE(WaitUntil(
-        [&] {
-          std::istringstream words(ReadFile(controller_.out));
-          std::string word;
-          while (words >> word) {
-            if (word.rfind("http://", 0) == 0) {
-              url_ = word;
-              return true;
-            }
-          }
-          return false;
-        },
-        15))
-        << ReadFile(controller_.err);
-    token_file_ = data + "/token";
-    auto token = control::ReadToken(token_file_);
-    ASSERT_TRUE(token.ok()) << token.status().message();
-    client_.emplace(
-        *control::ApiClient::Create(url_, *token, std::chrono::seconds(5)));
+    ASSERT_TRUE(
+        controller_.Start(3, "cpu-1", {"--heartbeat-timeout", "1"}).ok());
+    url_ = controller_.url();
+    token_file_ = controller_.token_file();
+    client_.emplace(*control::ApiClient::Create(url_, controller_.token(),
+                                                std::chrono::seconds(5)));
     ASSERT_TRUE(WaitUntil(
         [&] {
           auto r = client_->Call("GET", "/internal/v1/hosts");
@@ -94,12 +77,7 @@ class JobCommandTest : public ::testing::Test {
         20));
   }
 
-  void TearDown() override {
-    if (controller_.pid > 0) {
-      ::kill(controller_.pid, SIGTERM);
-      if (WaitExit(controller_, 20) < 0) ADD_FAILURE() << "controller hung";
-    }
-  }
+  void TearDown() override { EXPECT_TRUE(controller_.Stop().ok()); }
 
   // The uninterrupted run: the same trainer on 2 local slices.
   std::vector<double> ReferenceLosses(const std::vector<std::string>& extra) {
@@ -180,7 +158,8 @@ class JobCommandTest : public ::testing::Test {
 
   static TempDir* data_;
   TempDir dir_{"multislice-job-test-"};
-  Child controller_;
+  control::testing::LocalController controller_{testing_util::Binary(),
+                                                dir_.path()};
   std::string url_, token_file_;
   double failed_at_ = 0;  // Unix seconds of the fail-host command
   std::optional<control::ApiClient> client_;

@@ -193,6 +193,11 @@ class Controller::Impl {
   void HandleList(const httplib::Request& req, httplib::Response& res);
   void HandleDelete(const httplib::Request& req, httplib::Response& res);
   void HandleReset(const httplib::Request& req, httplib::Response& res);
+  // The end of a user's change to an existing queued resource (delete,
+  // reset): persists `r` with its new operation, makes them current, wakes
+  // the reconcile loop and answers the operation. Holds mu_.
+  void CommitUserChange(QueuedResourceRecord& r, const OperationRecord& op,
+                        const std::string& log_line, httplib::Response& res);
   void HandleOperation(const httplib::Request& req, httplib::Response& res);
   void HandleRegister(const httplib::Request& req, httplib::Response& res);
   void HandleHeartbeat(const httplib::Request& req, httplib::Response& res);
@@ -587,18 +592,7 @@ void Controller::Impl::HandleDelete(const httplib::Request& req,
   r.state_initiator = "USER";
   r.stage = "stop";
   for (NodeRecord& n : r.nodes) n.state = "DELETING";
-  Status s = Persist(r, {op});
-  if (!s.ok()) {
-    WriteError(res, 500, "INTERNAL", s.message());
-    return;
-  }
-  records_[name] = r;
-  Changed(records_[name]);
-  ops_[op.name] = op;
-  Log(r.id + ": DELETING");
-  wake_ = true;
-  cv_.notify_all();
-  WriteJson(res, 200, op.ToApi());
+  CommitUserChange(r, op, r.id + ": DELETING", res);
 }
 
 void Controller::Impl::HandleReset(const httplib::Request& req,
@@ -628,15 +622,22 @@ void Controller::Impl::HandleReset(const httplib::Request& req,
     n.state = "RESTARTING";
     n.started = false;
   }
+  CommitUserChange(r, op, r.id + ": reset requested", res);
+}
+
+void Controller::Impl::CommitUserChange(QueuedResourceRecord& r,
+                                        const OperationRecord& op,
+                                        const std::string& log_line,
+                                        httplib::Response& res) {
   Status s = Persist(r, {op});
   if (!s.ok()) {
     WriteError(res, 500, "INTERNAL", s.message());
     return;
   }
-  records_[name] = r;
-  Changed(records_[name]);
+  records_[r.name] = r;
+  Changed(records_[r.name]);
   ops_[op.name] = op;
-  Log(r.id + ": reset requested");
+  Log(log_line);
   wake_ = true;
   cv_.notify_all();
   WriteJson(res, 200, op.ToApi());

@@ -147,7 +147,9 @@ class LocalController {
   ~LocalController() { Stop().ok(); }
 
   // Starts it and waits (bounded) for its "controller listening on URL".
-  Status Start(int hosts, const std::string& accelerator_type) {
+  // `extra` flags go to the controller as well (e.g. --heartbeat-timeout).
+  Status Start(int hosts, const std::string& accelerator_type,
+               const std::vector<std::string>& extra = {}) {
     ProcessSpec spec;
     spec.argv = {binary_,
                  "controller",
@@ -159,6 +161,7 @@ class LocalController {
                  std::to_string(hosts),
                  "--local-accelerator-type",
                  accelerator_type};
+    spec.argv.insert(spec.argv.end(), extra.begin(), extra.end());
     spec.log_path = dir_ + "/controller.log";
     ASSIGN_OR_RETURN(controller_, launcher_->Start(spec));
     const std::string marker = "controller listening on ";
