@@ -22,16 +22,18 @@
 
 #include "bench/peak.h"
 #include "common/dtype.h"
+#include "compute/adamw.h"
+#include "compute/gpt_ops.h"
 #include "compute/matmul.h"
-#include "model/adamw.h"
 #include "model/gpt.h"
-#include "model/gpt_ops.h"
+#include "model/schedule.h"
 
 namespace {
 
 using multislice::DType;
 namespace gpt = multislice::model::gpt;
 namespace model = multislice::model;
+namespace ops = multislice::compute::gpt;
 
 struct Size {
   int B, T, C, NH, mlp, L;
@@ -91,15 +93,15 @@ StepTime TimeStep(const Size& s, DType matmul_type, int steps) {
       std::fprintf(stderr, "backward: %s\n", st.message().c_str());
       std::exit(1);
     }
-    const float scale =
-        model::ClipScale(model::GlobalNorm(grads.data(), n), 1.0f);
+    const float scale = model::ClipScale(
+        multislice::compute::GlobalNorm(grads.data(), n), 1.0f);
     if (scale != 1.0f) {
       for (float& g : grads) g *= scale;
     }
-    model::AdamWOptions opt;
+    multislice::compute::AdamWOptions opt;
     opt.lr = 1e-4f;
-    model::AdamWUpdate(params.data(), grads.data(), m.data(), v.data(), n, opt,
-                       step, mask.data());
+    multislice::compute::AdamWUpdate(params.data(), grads.data(), m.data(),
+                                     v.data(), n, opt, step, mask.data());
     const auto t1 = std::chrono::steady_clock::now();
     const double c1 = ThreadCpuSeconds();
     if (step > 2) {
@@ -118,7 +120,7 @@ std::pair<double, double> TimeAttention(const Size& s, DType matmul_type,
   const int64_t N = int64_t{s.B} * s.T;
   std::vector<float> qkv(N * 3 * s.C), out(N * s.C), dout(N * s.C),
       dqkv(N * 3 * s.C), att(int64_t{s.B} * s.NH * s.T * s.T),
-      scratch(gpt::AttentionScratchSize(s.B, s.T, s.C, matmul_type));
+      scratch(ops::AttentionScratchSize(s.B, s.T, s.C, matmul_type));
   for (size_t i = 0; i < qkv.size(); ++i) {
     qkv[i] =
         0.01f * static_cast<float>(static_cast<int>(i * 7919u % 201u) - 100);
@@ -130,13 +132,13 @@ std::pair<double, double> TimeAttention(const Size& s, DType matmul_type,
   std::vector<double> fwd, bwd;
   for (int r = 0; r < reps + 1; ++r) {
     const double c0 = ThreadCpuSeconds();
-    if (!gpt::AttentionForward(out.data(), att.data(), scratch.data(),
+    if (!ops::AttentionForward(out.data(), att.data(), scratch.data(),
                                qkv.data(), s.B, s.T, s.C, s.NH, matmul_type)
              .ok()) {
       std::exit(1);
     }
     const double c1 = ThreadCpuSeconds();
-    if (!gpt::AttentionBackward(dqkv.data(), scratch.data(), dout.data(),
+    if (!ops::AttentionBackward(dqkv.data(), scratch.data(), dout.data(),
                                 qkv.data(), att.data(), s.B, s.T, s.C, s.NH,
                                 matmul_type)
              .ok()) {

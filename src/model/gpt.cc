@@ -8,11 +8,13 @@
 
 #include "common/dtype.h"
 #include "compute/elementwise.h"
+#include "compute/gpt_ops.h"
 #include "compute/matmul.h"
 #include "compute/random.h"
-#include "model/gpt_ops.h"
 
 namespace multislice::model::gpt {
+
+namespace ops = compute::gpt;
 namespace {
 
 // Tensors per transformer block, in layout order.
@@ -65,7 +67,7 @@ class GptModel::Matmul {
   Operand Prepare(const float* x, int64_t n, std::vector<uint16_t>& store) {
     if (ab_type_ == DType::kF32) return {x, nullptr};
     Reserve(store, n);
-    ToBf16(x, store.data(), n);
+    ops::ToBf16(x, store.data(), n);
     return {x, store.data()};
   }
 
@@ -87,7 +89,7 @@ class GptModel::Matmul {
     desc.n = OC;
     desc.k = IC;
     RETURN_IF_ERROR(Run(desc, inp, weight, out));
-    if (bias != nullptr) BiasForward(out, bias, N, static_cast<int>(OC));
+    if (bias != nullptr) ops::BiasForward(out, bias, N, static_cast<int>(OC));
     return OkStatus();
   }
 
@@ -112,7 +114,7 @@ class GptModel::Matmul {
     dw.beta = 1.0f;
     RETURN_IF_ERROR(Run(dw, inp, dout, dweight));
     if (dbias != nullptr) {
-      BiasBackward(dbias, dout.f32, N, static_cast<int>(OC));
+      ops::BiasBackward(dbias, dout.f32, N, static_cast<int>(OC));
     }
     return OkStatus();
   }
@@ -340,7 +342,7 @@ Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
     a.logits.assign(N * V, 0.0f);
     a.probs.assign(N * V, 0.0f);
     a.losses.assign(N, 0.0f);
-    a.att_scratch.assign(AttentionScratchSize(B, T, C, mm_type), 0.0f);
+    a.att_scratch.assign(ops::AttentionScratchSize(B, T, C, mm_type), 0.0f);
     a.dresidual.assign(N * C, 0.0f);
     a.dlnf.assign(N * C, 0.0f);
     a.dlogits.assign(N * V, 0.0f);
@@ -358,52 +360,54 @@ Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
             mm_type == DType::kF32 ? nullptr : a.params16.data() + offset};
   };
 
-  EncoderForward(a.encoded.data(), tokens, params + layout_[0].offset,
-                 params + layout_[1].offset, B, T, C);
+  ops::EncoderForward(a.encoded.data(), tokens, params + layout_[0].offset,
+                      params + layout_[1].offset, B, T, C);
   const float* residual = a.encoded.data();
   for (int l = 0; l < L; ++l) {
     LayerActivations& la = a.layers[l];
     auto p = [&](int index) { return params + LayerOffset(l, index); };
     auto pw = [&](int index) { return w(LayerOffset(l, index)); };
-    LayerNormForward(la.ln1.data(), la.ln1_mean.data(), la.ln1_rstd.data(),
-                     residual, p(kLn1W), p(kLn1B), N, C);
+    ops::LayerNormForward(la.ln1.data(), la.ln1_mean.data(), la.ln1_rstd.data(),
+                          residual, p(kLn1W), p(kLn1B), N, C);
     RETURN_IF_ERROR(matmul_->LinearForward(
         la.qkv.data(), matmul_->Prepare(la.ln1.data(), N * C, la.ln1_16),
         pw(kQkvW), p(kQkvB), N, C, 3 * C));
     // qkv in bf16 once, for the attention's forward and backward.
     const uint16_t* qkv16 =
         matmul_->Prepare(la.qkv.data(), N * 3 * C, la.qkv_16).bf16;
-    RETURN_IF_ERROR(AttentionForward(la.atty.data(), la.att.data(),
-                                     a.att_scratch.data(), la.qkv.data(), B, T,
-                                     C, NH, mm_type, qkv16));
+    RETURN_IF_ERROR(ops::AttentionForward(la.atty.data(), la.att.data(),
+                                          a.att_scratch.data(), la.qkv.data(),
+                                          B, T, C, NH, mm_type, qkv16));
     RETURN_IF_ERROR(matmul_->LinearForward(
         la.attproj.data(), matmul_->Prepare(la.atty.data(), N * C, la.atty_16),
         pw(kAttnProjW), p(kAttnProjB), N, C, C));
-    ResidualForward(la.residual2.data(), residual, la.attproj.data(), N * C);
-    LayerNormForward(la.ln2.data(), la.ln2_mean.data(), la.ln2_rstd.data(),
-                     la.residual2.data(), p(kLn2W), p(kLn2B), N, C);
+    ops::ResidualForward(la.residual2.data(), residual, la.attproj.data(),
+                         N * C);
+    ops::LayerNormForward(la.ln2.data(), la.ln2_mean.data(), la.ln2_rstd.data(),
+                          la.residual2.data(), p(kLn2W), p(kLn2B), N, C);
     RETURN_IF_ERROR(matmul_->LinearForward(
         la.fch.data(), matmul_->Prepare(la.ln2.data(), N * C, la.ln2_16),
         pw(kFcW), p(kFcB), N, C, H));
     Matmul::Operand gelu{la.fch_gelu.data(), nullptr};
     if (mm_type == DType::kF32) {
-      GeluForward(la.fch_gelu.data(), la.fch.data(), N * H);
+      ops::GeluForward(la.fch_gelu.data(), la.fch.data(), N * H);
     } else {
       // Only the bf16 copy is read again (fc_proj and its weight gradient).
       Reserve(la.fch_gelu_16, N * H);
-      GeluForwardBf16(nullptr, la.fch_gelu_16.data(), la.fch.data(), N * H);
+      ops::GeluForwardBf16(nullptr, la.fch_gelu_16.data(), la.fch.data(),
+                           N * H);
       gelu.bf16 = la.fch_gelu_16.data();
     }
     RETURN_IF_ERROR(matmul_->LinearForward(la.fcproj.data(), gelu, pw(kFcProjW),
                                            p(kFcProjB), N, H, C));
-    ResidualForward(la.residual3.data(), la.residual2.data(), la.fcproj.data(),
-                    N * C);
+    ops::ResidualForward(la.residual3.data(), la.residual2.data(),
+                         la.fcproj.data(), N * C);
     residual = la.residual3.data();
   }
   const size_t lnf_index = layout_.size() - 2;
-  LayerNormForward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), residual,
-                   params + layout_[lnf_index].offset,
-                   params + layout_[lnf_index + 1].offset, N, C);
+  ops::LayerNormForward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(),
+                        residual, params + layout_[lnf_index].offset,
+                        params + layout_[lnf_index + 1].offset, N, C);
   // Tied head: logits[N,V] = lnf[N,C] @ wte^T, wte stored [V,C] = [n,k].
   compute::GemmDesc head;
   head.m = N;
@@ -416,8 +420,8 @@ Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
   if (targets == nullptr) return 0.0f;
 
   a.targets.assign(targets, targets + N);
-  CrossEntropyForward(a.losses.data(), a.probs.data(), a.logits.data(), targets,
-                      N, V);
+  ops::CrossEntropyForward(a.losses.data(), a.probs.data(), a.logits.data(),
+                           targets, N, V);
   double sum = 0.0;
   for (int64_t i = 0; i < N; ++i) sum += a.losses[i];
   have_loss_ = true;
@@ -443,8 +447,8 @@ Status GptModel::Backward(const float* params, float* grads) {
 
   std::fill(a.dlosses.begin(), a.dlosses.end(), 1.0f / static_cast<float>(N));
   Zero(a.dlogits);
-  CrossEntropySoftmaxBackward(a.dlogits.data(), a.dlosses.data(),
-                              a.probs.data(), a.targets.data(), N, V);
+  ops::CrossEntropySoftmaxBackward(a.dlogits.data(), a.dlosses.data(),
+                                   a.probs.data(), a.targets.data(), N, V);
   // logits = lnf @ wte^T: dlnf = dlogits @ wte, dwte += dlogits^T @ lnf.
   float* dwte = grads + layout_[0].offset;
   const Operand dlogits = matmul_->Prepare(a.dlogits.data(), N * V, a.dout16);
@@ -467,10 +471,10 @@ Status GptModel::Backward(const float* params, float* grads) {
   const float* last_residual =
       L > 0 ? a.layers[L - 1].residual3.data() : a.encoded.data();
   Zero(a.dresidual);
-  LayerNormBackward(a.dresidual.data(), grads + layout_[lnf_index].offset,
-                    grads + layout_[lnf_index + 1].offset, a.dlnf.data(),
-                    last_residual, params + layout_[lnf_index].offset,
-                    a.lnf_mean.data(), a.lnf_rstd.data(), N, C);
+  ops::LayerNormBackward(a.dresidual.data(), grads + layout_[lnf_index].offset,
+                         grads + layout_[lnf_index + 1].offset, a.dlnf.data(),
+                         last_residual, params + layout_[lnf_index].offset,
+                         a.lnf_mean.data(), a.lnf_rstd.data(), N, C);
 
   // a.dresidual holds d(loss)/d(output of block l) on entry to iteration l
   // and d(loss)/d(input of block l) on exit. Input gradients that a matmul
@@ -495,38 +499,38 @@ Status GptModel::Backward(const float* params, float* grads) {
       Reserve(a.dout16, N * H);
       dfch16 = a.dout16.data();
     }
-    GeluBackwardOverwrite(d.fch.data(), dfch16, la.fch.data(),
-                          d.fch_gelu.data(), N * H);
+    ops::GeluBackwardOverwrite(d.fch.data(), dfch16, la.fch.data(),
+                               d.fch_gelu.data(), N * H);
     const Operand dfch{d.fch.data(), dfch16};
     RETURN_IF_ERROR(matmul_->LinearBackward(
         d.ln2.data(), 0.0f, g(kFcW), g(kFcB), dfch,
         Operand{la.ln2.data(), la.ln2_16.data()}, pw(kFcW), N, C, H));
     // d.residual2 = dresidual (skip path) + LayerNorm's input gradient.
     std::copy(a.dresidual.begin(), a.dresidual.end(), d.residual2.begin());
-    LayerNormBackward(d.residual2.data(), g(kLn2W), g(kLn2B), d.ln2.data(),
-                      la.residual2.data(), p(kLn2W), la.ln2_mean.data(),
-                      la.ln2_rstd.data(), N, C);
+    ops::LayerNormBackward(d.residual2.data(), g(kLn2W), g(kLn2B), d.ln2.data(),
+                           la.residual2.data(), p(kLn2W), la.ln2_mean.data(),
+                           la.ln2_rstd.data(), N, C);
     // residual2 = block_input + attproj.
     RETURN_IF_ERROR(matmul_->LinearBackward(
         d.atty.data(), 0.0f, g(kAttnProjW), g(kAttnProjB),
         matmul_->Prepare(d.residual2.data(), N * C, a.dout16),
         Operand{la.atty.data(), la.atty_16.data()}, pw(kAttnProjW), N, C, C));
     Zero(d.qkv);
-    RETURN_IF_ERROR(
-        AttentionBackward(d.qkv.data(), a.att_scratch.data(), d.atty.data(),
-                          la.qkv.data(), la.att.data(), B, T, C, NH, mm_type,
-                          mm_type == DType::kF32 ? nullptr : la.qkv_16.data()));
+    RETURN_IF_ERROR(ops::AttentionBackward(
+        d.qkv.data(), a.att_scratch.data(), d.atty.data(), la.qkv.data(),
+        la.att.data(), B, T, C, NH, mm_type,
+        mm_type == DType::kF32 ? nullptr : la.qkv_16.data()));
     RETURN_IF_ERROR(matmul_->LinearBackward(
         d.ln1.data(), 0.0f, g(kQkvW), g(kQkvB),
         matmul_->Prepare(d.qkv.data(), N * 3 * C, a.dout16),
         Operand{la.ln1.data(), la.ln1_16.data()}, pw(kQkvW), N, C, 3 * C));
     std::copy(d.residual2.begin(), d.residual2.end(), a.dresidual.begin());
-    LayerNormBackward(a.dresidual.data(), g(kLn1W), g(kLn1B), d.ln1.data(),
-                      block_input, p(kLn1W), la.ln1_mean.data(),
-                      la.ln1_rstd.data(), N, C);
+    ops::LayerNormBackward(a.dresidual.data(), g(kLn1W), g(kLn1B), d.ln1.data(),
+                           block_input, p(kLn1W), la.ln1_mean.data(),
+                           la.ln1_rstd.data(), N, C);
   }
-  EncoderBackward(dwte, grads + layout_[1].offset, a.dresidual.data(),
-                  a.tokens.data(), B, T, C);
+  ops::EncoderBackward(dwte, grads + layout_[1].offset, a.dresidual.data(),
+                       a.tokens.data(), B, T, C);
   return OkStatus();
 }
 

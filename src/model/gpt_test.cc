@@ -8,8 +8,9 @@
 #include <set>
 #include <vector>
 
+#include "compute/adamw.h"
 #include "compute/random.h"
-#include "model/adamw.h"
+#include "model/schedule.h"
 
 namespace multislice::model::gpt {
 namespace {
@@ -241,13 +242,14 @@ std::vector<float> Train(const GptConfig& c, uint64_t seed, int steps,
     losses.push_back(*loss);
     std::fill(grads.begin(), grads.end(), 0.0f);
     EXPECT_TRUE(model.Backward(params.data(), grads.data()).ok());
-    const float scale = ClipScale(GlobalNorm(grads.data(), n), 1.0f);
+    const float scale =
+        model::ClipScale(compute::GlobalNorm(grads.data(), n), 1.0f);
     for (float& g : grads) g *= scale;
-    AdamWOptions options;
+    compute::AdamWOptions options;
     options.lr = 1e-2f;
     options.weight_decay = 0.0f;
-    AdamWUpdate(params.data(), grads.data(), m.data(), v.data(), n, options,
-                step, mask.data());
+    compute::AdamWUpdate(params.data(), grads.data(), m.data(), v.data(), n,
+                         options, step, mask.data());
   }
   return losses;
 }
@@ -287,7 +289,8 @@ TEST(GptTest, Bf16MatmulsTrackF32) {
   ASSERT_TRUE(bf16_model.Backward(params.data(), grads16.data()).ok());
   std::vector<float> diff(n);
   for (int64_t i = 0; i < n; ++i) diff[i] = grads16[i] - grads32[i];
-  EXPECT_LT(GlobalNorm(diff.data(), n), 0.05 * GlobalNorm(grads32.data(), n));
+  EXPECT_LT(compute::GlobalNorm(diff.data(), n),
+            0.05 * compute::GlobalNorm(grads32.data(), n));
   const std::vector<float> losses = Train(c, 21, 30, DType::kBF16);
   EXPECT_LT(losses.back(), 0.5f * losses.front());
 }

@@ -16,9 +16,10 @@
 #include <mutex>
 #include <thread>
 
+#include "compute/adamw.h"
 #include "compute/matmul.h"
-#include "model/adamw.h"
 #include "model/gpt.h"
+#include "model/schedule.h"
 #include "runtime/comm/types.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -669,7 +670,7 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
       return shared.checkpoint_status;
     };
 
-    model::AdamWOptions adam;
+    compute::AdamWOptions adam;
     adam.beta1 = static_cast<float>(config.adam_b1);
     adam.beta2 = static_cast<float>(config.adam_b2);
     adam.eps = static_cast<float>(config.adam_eps);
@@ -718,8 +719,8 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
           step, config.steps, config.warmup_steps, config.learning_rate,
           config.cosine_learning_rate_final_fraction);
       adam.lr = static_cast<float>(lr);
-      model::AdamWUpdate(shard.data(), gradient, adam_m.data(), adam_v.data(),
-                         count, adam, step, decay_mask.data() + begin);
+      compute::AdamWUpdate(shard.data(), gradient, adam_m.data(), adam_v.data(),
+                           count, adam, step, decay_mask.data() + begin);
       const double seconds = SecondsSince(step_start);
       RETURN_IF_ERROR(train_data.Restore([&] {
         IteratorState s = train_data.state();

@@ -20,7 +20,7 @@
 // partial sums and add them in a fixed order, so results are deterministic.
 // exp is compute/elementwise.cc's: Cody-Waite range reduction and a degree-7
 // polynomial, within about 1 ulp of f32.
-#include "model/gpt_ops.h"
+#include "compute/gpt_ops.h"
 
 #include <immintrin.h>
 
@@ -29,15 +29,15 @@
 #include <cstdint>
 #include <cstring>
 
+#include "compute/cpu/vec16.h"
 #include "compute/elementwise.h"
 #include "compute/matmul.h"
-#include "compute/vec16.h"
 
 // The vector types below are passed between inline functions of this file
 // only, never across an ABI boundary.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
-namespace multislice::model::gpt {
+namespace multislice::compute::gpt {
 namespace {
 
 constexpr float kLayerNormEps = 1e-5f;
@@ -735,4 +735,4 @@ void CrossEntropySoftmaxBackward(float* dlogits, const float* dlosses,
   CrossEntropySoftmaxBackwardImpl(dlogits, dlosses, probs, targets, N, V);
 }
 
-}  // namespace multislice::model::gpt
+}  // namespace multislice::compute::gpt

@@ -18,15 +18,15 @@
 //    wpe.
 //  * Functions are reentrant and keep no state (beyond compute::Gemm's
 //    per-thread primitive cache); no threads are started.
-#ifndef MULTISLICE_MODEL_GPT_OPS_H_
-#define MULTISLICE_MODEL_GPT_OPS_H_
+#ifndef MULTISLICE_COMPUTE_GPT_OPS_H_
+#define MULTISLICE_COMPUTE_GPT_OPS_H_
 
 #include <cstdint>
 
 #include "common/dtype.h"
 #include "common/status.h"
 
-namespace multislice::model::gpt {
+namespace multislice::compute::gpt {
 
 // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:].
 void EncoderForward(float* out, const std::int32_t* tokens, const float* wte,
@@ -121,6 +121,6 @@ void CrossEntropySoftmaxBackward(float* dlogits, const float* dlosses,
                                  const std::int32_t* targets, std::int64_t N,
                                  int V);
 
-}  // namespace multislice::model::gpt
+}  // namespace multislice::compute::gpt
 
-#endif  // MULTISLICE_MODEL_GPT_OPS_H_
+#endif  // MULTISLICE_COMPUTE_GPT_OPS_H_

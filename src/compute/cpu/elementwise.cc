@@ -14,7 +14,7 @@
 #include <cstring>
 
 #include "common/bf16.h"
-#include "compute/vec16.h"
+#include "compute/cpu/vec16.h"
 
 // The vector types below are passed between inline functions of this file
 // only, never across an ABI boundary, so GCC's note that their calling

@@ -2,7 +2,7 @@
 // forward (in double, on a small problem), every forward against a direct
 // reference, and the structural properties (softmax rows sum to one, the
 // causal mask, accumulation into gradients).
-#include "model/gpt_ops.h"
+#include "compute/gpt_ops.h"
 
 #include <gtest/gtest.h>
 
@@ -18,7 +18,7 @@
 #include "common/dtype.h"
 #include "compute/elementwise.h"
 
-namespace multislice::model::gpt {
+namespace multislice::compute::gpt {
 namespace {
 
 constexpr int kB = 2;
@@ -721,4 +721,4 @@ TEST(GptOpsTest, FusedGeluFormsMatchPlainOnes) {
 }
 
 }  // namespace
-}  // namespace multislice::model::gpt
+}  // namespace multislice::compute::gpt

@@ -1,0 +1,37 @@
+// The optimizer kernels of the GPT-2 training loop (`multislice train`): one
+// AdamW step and the gradient's global norm, on one device's shard. The
+// schedule and clipping factor around them are model/schedule.h.
+//
+// Plain functions on caller-owned f32 arrays; reentrant, no state, no threads.
+// Implemented by the CPU backend (compute/cpu/adamw.cc) for every ISA level.
+#ifndef MULTISLICE_COMPUTE_ADAMW_H_
+#define MULTISLICE_COMPUTE_ADAMW_H_
+
+#include <cstdint>
+
+namespace multislice::compute {
+
+struct AdamWOptions {
+  float lr = 0.0f;  // this step's learning rate (model::LearningRate)
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.1f;  // decoupled: p -= lr * weight_decay * p
+};
+
+// One AdamW step over n parameters, in place on params, m and v (the first
+// and second moments, zero before step 1). step is 1-based (it sets the bias
+// corrections 1 - beta^step). With mhat = m / (1 - beta1^step) and
+// vhat = v / (1 - beta2^step):
+//   p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p)
+// where wd = weight_decay if decay_mask is null or decay_mask[i] != 0, else 0.
+void AdamWUpdate(float* params, const float* grads, float* m, float* v,
+                 int64_t n, const AdamWOptions& options, int64_t step,
+                 const uint8_t* decay_mask);
+
+// sqrt(sum g[i]^2), accumulated in double.
+double GlobalNorm(const float* g, int64_t n);
+
+}  // namespace multislice::compute
+
+#endif  // MULTISLICE_COMPUTE_ADAMW_H_
