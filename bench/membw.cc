@@ -7,12 +7,21 @@
 #include <thread>
 #include <vector>
 
+#include "common/isa_dispatch.h"
+
 namespace multislice::bench {
 namespace {
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void AddInto(
-    float* __restrict y, const float* __restrict x, size_t n) {
-  for (size_t i = 0; i < n; ++i) y[i] += x[i];
+// y += x, vectorised by GCC for the active ISA level.
+struct AddIntoKernel {
+  MS_KERNEL void operator()(auto, float* __restrict y,
+                            const float* __restrict x, size_t n) const {
+    for (size_t i = 0; i < n; ++i) y[i] += x[i];
+  }
+};
+
+void AddInto(float* y, const float* x, size_t n) {
+  isa::Dispatch<AddIntoKernel>(y, x, n);
 }
 
 }  // namespace

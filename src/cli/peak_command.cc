@@ -190,7 +190,7 @@ int RunPeak(const PeakFlags& flags) {
     std::printf("host    %s, %d CPUs, load average %.2f before the run\n",
                 CpuModel().c_str(), cpus, load);
     std::printf("oneDNN  %s, ISA %s\n\n", compute::DnnlVersion().c_str(),
-                compute::IsaName());
+                compute::DnnlIsaName());
     std::printf(
         "matmul GFLOP/s per device: median [min, max] of %d calls; cpu = the "
         "device thread's CPU share (1.00: it had a core to itself)\n",
@@ -246,7 +246,7 @@ int RunPeak(const PeakFlags& flags) {
                    {"cpus", cpus},
                    {"load_average_before", load}};
     out["onednn"] = {{"version", compute::DnnlVersion()},
-                     {"isa", compute::IsaName()}};
+                     {"isa", compute::DnnlIsaName()}};
     out["devices_at_once"] = devices;
     out["embedding_dimension"] = flags.embedding_dimension;
     out["batch_size"] = flags.batch_size;

@@ -198,7 +198,7 @@ int RunWorker(const ShardingsFlags& flags, const runtime::WorkerEnv& env) {
         tflops, 100 * tflops / peak_tflops,
         std::string(Name(flags.config.dtype)).c_str(), peak_tflops,
         square_peak->median_gflops / 1e3, *layer_peak / 1e3, local_count,
-        compute::IsaName());
+        compute::DnnlIsaName());
     std::printf("median step %.4f s (min %.4f, max %.4f)\n", median,
                 sorted.front(), sorted.back());
     std::printf("first step loss: %s\n", Repr(first_loss).c_str());
@@ -234,7 +234,7 @@ int RunWorker(const ShardingsFlags& flags, const runtime::WorkerEnv& env) {
   out["square_peak_tflops_per_device"] = square_peak->median_gflops / 1e3;
   out["layer_peak_tflops_per_device"] = *layer_peak / 1e3;
   out["utilization"] = tflops / peak_tflops;
-  out["isa"] = compute::IsaName();
+  out["isa"] = compute::DnnlIsaName();
   out["first_step_loss"] = first_loss;
   out["ici_bytes_per_device_per_step"] = ici_bytes;
   out["dcn_bytes_per_device_per_step"] = dcn_bytes;

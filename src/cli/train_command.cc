@@ -142,7 +142,7 @@ int RunWorker(const TrainConfig& config, const runtime::WorkerEnv& env,
         static_cast<long long>(summary.last_step), summary.final_loss,
         summary.final_val_loss, summary.mean_step_seconds,
         summary.tokens_per_second, 100 * summary.mean_mfu,
-        trainer.peak_flops_per_device / 1e12, compute::IsaName(),
+        trainer.peak_flops_per_device / 1e12, compute::DnnlIsaName(),
         summary.seconds_to_first_step, RunDirectory(config).c_str());
   } else {
     std::printf(

@@ -17,19 +17,28 @@ struct AdamWOptions {
   float beta2 = 0.95f;
   float eps = 1e-8f;
   float weight_decay = 0.1f;  // decoupled: p -= lr * weight_decay * p
+  float grad_scale = 1.0f;    // g = grads[i] * grad_scale (e.g. clipping)
 };
 
 // One AdamW step over n parameters, in place on params, m and v (the first
 // and second moments, zero before step 1). step is 1-based (it sets the bias
-// corrections 1 - beta^step). With mhat = m / (1 - beta1^step) and
-// vhat = v / (1 - beta2^step):
+// corrections 1 - beta^step). With g = grads[i] * grad_scale,
+// m = beta1 m + (1 - beta1) g, v = beta2 v + (1 - beta2) g g,
+// mhat = m / (1 - beta1^step) and vhat = v / (1 - beta2^step):
 //   p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p)
 // where wd = weight_decay if decay_mask is null or decay_mask[i] != 0, else 0.
+// Every ISA level gives exactly the values of the plain scalar loop of these
+// formulas in f32 (each product and sum rounded separately, correctly rounded
+// division and sqrt).
 void AdamWUpdate(float* params, const float* grads, float* m, float* v,
                  int64_t n, const AdamWOptions& options, int64_t step,
                  const uint8_t* decay_mask);
 
-// sqrt(sum g[i]^2), accumulated in double.
+// sum g[i]^2, accumulated in double in a fixed order (the same value on
+// every ISA level).
+double SumOfSquares(const float* g, int64_t n);
+
+// sqrt(SumOfSquares(g, n)).
 double GlobalNorm(const float* g, int64_t n);
 
 }  // namespace multislice::compute

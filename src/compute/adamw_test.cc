@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/isa_testing.h"
+
 namespace multislice::compute {
 namespace {
 
@@ -71,45 +73,96 @@ TEST(AdamWTest, ThreeStepsMatchScalarReferenceWithAndWithoutMask) {
   EXPECT_EQ(a[0], b[0]);
 }
 
-// The 16-wide loop and the scalar remainder give the same bits: the whole
-// array at once equals element-by-element calls (n = 1 takes the scalar
-// path), with and without the decay mask, and tracks the double reference.
-TEST(AdamWTest, VectorLoopMatchesScalarBitForBit) {
+// The plain f32 loop of the formulas in adamw.h, one operation at a time
+// (this file is built for the x86-64 baseline, which has no FMA to fuse
+// them).
+void ScalarLoop(float* p, const float* grads, float* m, float* v, int n,
+                const AdamWOptions& o, int t, const uint8_t* mask) {
+  const float c1 = static_cast<float>(1.0 - std::pow(double{o.beta1}, t));
+  const float c2 = static_cast<float>(1.0 - std::pow(double{o.beta2}, t));
+  for (int i = 0; i < n; ++i) {
+    const float g = grads[i] * o.grad_scale;
+    m[i] = o.beta1 * m[i] + (1.0f - o.beta1) * g;
+    v[i] = o.beta2 * v[i] + (1.0f - o.beta2) * g * g;
+    const float m_hat = m[i] / c1;
+    const float v_hat = v[i] / c2;
+    const float wd = mask == nullptr || mask[i] != 0 ? o.weight_decay : 0.0f;
+    p[i] -= o.lr * (m_hat / (std::sqrt(v_hat) + o.eps) + wd * p[i]);
+  }
+}
+
+class AdamWIsaTest : public ::testing::TestWithParam<Isa> {};
+
+// Every level's vector loop (and its zero-padded tail: 53 = 3 * 16 + 5)
+// gives the scalar loop's bits, with and without the decay mask and a
+// gradient scale, over three steps; and tracks the double reference.
+TEST_P(AdamWIsaTest, MatchesScalarLoopBitForBit) {
+  ScopedIsaCap cap(GetParam());
   constexpr int kN = 53;
-  AdamWOptions o;
-  o.lr = 0.02f;
   std::vector<float> init(kN);
   std::vector<uint8_t> mask(kN);
   for (int i = 0; i < kN; ++i) {
     init[i] = 0.1f * static_cast<float>((i * 37) % 23) - 1.0f;
     mask[i] = static_cast<uint8_t>((i * 7) % 3 != 0);
   }
-  for (const bool use_mask : {false, true}) {
-    std::vector<float> p = init, m(kN, 0.0f), v(kN, 0.0f);
-    std::vector<float> q = init, mq(kN, 0.0f), vq(kN, 0.0f);
-    std::vector<ScalarAdamW> ref;
-    for (float x : init) ref.push_back({x});
-    for (int t = 1; t <= 3; ++t) {
-      std::vector<float> g(kN);
-      for (int i = 0; i < kN; ++i) {
-        g[i] = 0.05f * static_cast<float>((i * 13 + t * 5) % 17) - 0.4f;
+  for (const float grad_scale : {1.0f, 0.37f}) {
+    for (const bool use_mask : {false, true}) {
+      AdamWOptions o;
+      o.lr = 0.02f;
+      o.grad_scale = grad_scale;
+      std::vector<float> p = init, m(kN, 0.0f), v(kN, 0.0f);
+      std::vector<float> q = init, mq(kN, 0.0f), vq(kN, 0.0f);
+      std::vector<ScalarAdamW> ref;
+      for (float x : init) ref.push_back({x});
+      const uint8_t* mask_or_null = use_mask ? mask.data() : nullptr;
+      for (int t = 1; t <= 3; ++t) {
+        std::vector<float> g(kN);
+        for (int i = 0; i < kN; ++i) {
+          g[i] = 0.05f * static_cast<float>((i * 13 + t * 5) % 17) - 0.4f;
+        }
+        AdamWUpdate(p.data(), g.data(), m.data(), v.data(), kN, o, t,
+                    mask_or_null);
+        ScalarLoop(q.data(), g.data(), mq.data(), vq.data(), kN, o, t,
+                   mask_or_null);
+        for (int i = 0; i < kN; ++i) {
+          ref[i].Step(g[i] * double{grad_scale}, o, t,
+                      !use_mask || mask[i] != 0);
+        }
       }
-      AdamWUpdate(p.data(), g.data(), m.data(), v.data(), kN, o, t,
-                  use_mask ? mask.data() : nullptr);
       for (int i = 0; i < kN; ++i) {
-        AdamWUpdate(&q[i], &g[i], &mq[i], &vq[i], 1, o, t,
-                    use_mask ? &mask[i] : nullptr);
-        ref[i].Step(g[i], o, t, !use_mask || mask[i] != 0);
+        ASSERT_EQ(p[i], q[i]) << "i=" << i << " mask=" << use_mask;
+        ASSERT_EQ(m[i], mq[i]);
+        ASSERT_EQ(v[i], vq[i]);
+        EXPECT_NEAR(p[i], ref[i].p, 1e-6);
       }
-    }
-    for (int i = 0; i < kN; ++i) {
-      EXPECT_EQ(p[i], q[i]) << "i=" << i << " mask=" << use_mask;
-      EXPECT_EQ(m[i], mq[i]);
-      EXPECT_EQ(v[i], vq[i]);
-      EXPECT_NEAR(p[i], ref[i].p, 1e-6);
     }
   }
 }
+
+// The sum of squares is the same double on every level, and within
+// rounding of a plain double loop.
+TEST_P(AdamWIsaTest, SumOfSquaresIsTheSameOnEveryLevel) {
+  std::vector<float> g(1003);
+  double plain = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    g[i] = 0.01f * static_cast<float>(static_cast<int>(i * 7919 % 401) - 200);
+    plain += double{g[i]} * g[i];
+  }
+  const double baseline = [&] {
+    ScopedIsaCap cap(Isa::kBaseline);
+    return SumOfSquares(g.data(), static_cast<int64_t>(g.size()));
+  }();
+  ScopedIsaCap cap(GetParam());
+  const double sum = SumOfSquares(g.data(), static_cast<int64_t>(g.size()));
+  EXPECT_EQ(sum, baseline);
+  EXPECT_NEAR(sum, plain, 1e-12 * plain);
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, AdamWIsaTest,
+                         ::testing::ValuesIn(RunnableIsaLevels()),
+                         [](const auto& info) {
+                           return IsaTestName(info.param);
+                         });
 
 TEST(AdamWTest, GlobalNorm) {
   const std::vector<float> g = {3.0f, -4.0f, 0.0f, 12.0f};

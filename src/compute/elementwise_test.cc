@@ -13,9 +13,17 @@
 #include <vector>
 
 #include "common/bf16.h"
+#include "common/isa_testing.h"
 
 namespace multislice::compute {
 namespace {
+
+using SigmoidTest = IsaLevelTest;
+using SigmoidGradTest = IsaLevelTest;
+using SgdUpdateTest = IsaLevelTest;
+using ConvertTest = IsaLevelTest;
+using SumTest = IsaLevelTest;
+using FillTest = IsaLevelTest;
 
 double SigmoidRef(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
@@ -64,7 +72,7 @@ std::vector<float> SigmoidInputs() {
   return x;
 }
 
-TEST(SigmoidTest, F32IsWithinTwoUlpOfDouble) {
+TEST_P(SigmoidTest, F32IsWithinTwoUlpOfDouble) {
   std::vector<float> x = SigmoidInputs();
   std::vector<float> y(x.size());
   Sigmoid(DType::kF32, x.data(), y.data(), x.size());
@@ -84,7 +92,7 @@ TEST(SigmoidTest, F32IsWithinTwoUlpOfDouble) {
   std::printf("worst relative error of f32 sigmoid: %.3g\n", worst);
 }
 
-TEST(SigmoidTest, SpecialValues) {
+TEST_P(SigmoidTest, SpecialValues) {
   const float inf = std::numeric_limits<float>::infinity();
   std::vector<float> x = {inf, -inf, std::numeric_limits<float>::quiet_NaN()};
   std::vector<float> y(x.size());
@@ -94,7 +102,7 @@ TEST(SigmoidTest, SpecialValues) {
   EXPECT_TRUE(std::isnan(y[2]));
 }
 
-TEST(SigmoidTest, Bf16ExhaustiveRoundsCorrectlyAlmostAlways) {
+TEST_P(SigmoidTest, Bf16ExhaustiveRoundsCorrectlyAlmostAlways) {
   std::vector<uint16_t> x, y;
   for (uint32_t bits = 0; bits < 0x10000; ++bits) {
     float v = bf16::ToFloat(static_cast<uint16_t>(bits));
@@ -115,7 +123,7 @@ TEST(SigmoidTest, Bf16ExhaustiveRoundsCorrectlyAlmostAlways) {
   EXPECT_LT(off_by_one, static_cast<int>(x.size() / 1000)) << off_by_one;
 }
 
-TEST(SigmoidTest, EveryTailLengthAndInPlace) {
+TEST_P(SigmoidTest, EveryTailLengthAndInPlace) {
   for (size_t n = 0; n <= 40; ++n) {
     std::vector<float> x(n), y(n + 1, 7.0f);
     for (size_t i = 0; i < n; ++i) x[i] = static_cast<float>(i) - 20.0f;
@@ -132,7 +140,7 @@ TEST(SigmoidTest, EveryTailLengthAndInPlace) {
   }
 }
 
-TEST(SigmoidGradTest, AllTypeCombinations) {
+TEST_P(SigmoidGradTest, AllTypeCombinations) {
   const size_t n = 1003;
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> dist_dy(-2.0f, 2.0f);
@@ -169,7 +177,7 @@ TEST(SigmoidGradTest, AllTypeCombinations) {
   }
 }
 
-TEST(SgdUpdateTest, F32AndBf16) {
+TEST_P(SgdUpdateTest, F32AndBf16) {
   const size_t n = 517;
   const float lr = 1e-2f;
   std::mt19937 rng(5);
@@ -194,7 +202,7 @@ TEST(SgdUpdateTest, F32AndBf16) {
   }
 }
 
-TEST(ConvertTest, F32ToBf16MatchesScalarRoundingOnAnyBits) {
+TEST_P(ConvertTest, F32ToBf16MatchesScalarRoundingOnAnyBits) {
   std::mt19937 rng(11);
   std::vector<float> x;
   for (int i = 0; i < 1000000; ++i)
@@ -213,7 +221,7 @@ TEST(ConvertTest, F32ToBf16MatchesScalarRoundingOnAnyBits) {
   }
 }
 
-TEST(ConvertTest, Bf16ToF32IsExactAndSameTypeCopies) {
+TEST_P(ConvertTest, Bf16ToF32IsExactAndSameTypeCopies) {
   std::vector<uint16_t> x(0x10000);
   for (uint32_t i = 0; i < x.size(); ++i) x[i] = static_cast<uint16_t>(i);
   std::vector<float> y(x.size());
@@ -229,7 +237,7 @@ TEST(ConvertTest, Bf16ToF32IsExactAndSameTypeCopies) {
   EXPECT_EQ(x, w);
 }
 
-TEST(SumTest, MatchesDoubleAndIsDeterministic) {
+TEST_P(SumTest, MatchesDoubleAndIsDeterministic) {
   for (size_t n : {0, 1, 15, 16, 17, 1000, 123457}) {
     std::mt19937 rng(static_cast<uint32_t>(n));
     std::uniform_real_distribution<float> dist(-1.0f, 3.0f);
@@ -255,7 +263,7 @@ TEST(SumTest, MatchesDoubleAndIsDeterministic) {
   EXPECT_EQ(Sum(DType::kF32, ints.data(), ints.size()), 4999950000.0);
 }
 
-TEST(FillTest, F32AndRoundedBf16) {
+TEST_P(FillTest, F32AndRoundedBf16) {
   std::vector<float> x(37, 1.0f);
   Fill(DType::kF32, x.data(), 0.3f, 36);
   for (int i = 0; i < 36; ++i) EXPECT_EQ(x[i], 0.3f);
@@ -265,6 +273,13 @@ TEST(FillTest, F32AndRoundedBf16) {
   for (int i = 0; i < 36; ++i) EXPECT_EQ(y[i], bf16::FromFloat(0.3f));
   EXPECT_EQ(y[36], 0);
 }
+
+MS_INSTANTIATE_ISA_LEVELS(SigmoidTest);
+MS_INSTANTIATE_ISA_LEVELS(SigmoidGradTest);
+MS_INSTANTIATE_ISA_LEVELS(SgdUpdateTest);
+MS_INSTANTIATE_ISA_LEVELS(ConvertTest);
+MS_INSTANTIATE_ISA_LEVELS(SumTest);
+MS_INSTANTIATE_ISA_LEVELS(FillTest);
 
 }  // namespace
 }  // namespace multislice::compute

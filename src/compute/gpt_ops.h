@@ -6,8 +6,8 @@
 // in gpt.cc; these are the remaining element-wise, normalisation, attention
 // and loss kernels of a GPT-2 block. Attention runs its per-head products as
 // matmuls through compute::Gemm (oneDNN) on the calling thread; the other
-// kernels are explicit 16-lane vector loops (AVX-512 where the CPU has it,
-// chosen at load time), deterministic for a given machine.
+// kernels are explicit 16-lane vector loops (AVX-512, AVX2 or baseline SSE2,
+// as common/cpu_isa.h chooses), deterministic for a given ISA level.
 //
 // Contracts shared by every function:
 //  * Pointers are non-null and address at least the stated number of

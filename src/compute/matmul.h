@@ -1,15 +1,20 @@
-// Matrix multiplication on one device through oneDNN: AVX-512 (and AVX512-BF16
-// or AMX where the CPU has them) chosen at run time.
+// Matrix multiplication on one device (the CPU backend: oneDNN's kernels for
+// the CPU's ISA, chosen at run time within MULTISLICE_MAX_ISA).
 //
 // C[m, n] = alpha * op(A)[m, k] @ op(B)[k, n] + beta * C, row-major, where
 // op(X) is X or its transpose (a transposed operand is read in place through
 // its strides: no copy). Leading dimensions are in elements and default to
 // the dense row-major ones. A and B share a dtype (f32 or bf16); C is f32 or
-// bf16. Accumulation is always f32; a bf16 C is rounded once at the end
-// (oneDNN 2.6 has no f32 x f32 -> bf16 kernel: that combination computes an
-// f32 C in a per-thread buffer and rounds it with Convert, an extra pass).
+// bf16. Accumulation is always f32; a bf16 C is rounded once at the end.
 // `sigmoid` applies the logistic function to the result (after beta) in the
 // same pass, as a oneDNN post-op. C must not overlap A or B.
+//
+// bf16 operands take one of two routes (Bf16Route), the same values up to
+// the order of f32 accumulation: oneDNN's bf16 kernels where the CPU has
+// bf16 instructions (AVX512_BF16, AMX), otherwise bf16 storage computed by
+// the f32 kernels, each operand widened to f32 panel by panel in a
+// per-thread buffer. f32 x f32 -> bf16 (which oneDNN 2.6 lacks) computes an
+// f32 C in a per-thread buffer and rounds it, an extra pass.
 //
 // Cost on a Zen 5 core (measured with `multislice peak --variants`): the fused
 // sigmoid costs about 1-6% (most when k is small), beta != 0 about 2-12%
@@ -27,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "common/dtype.h"
@@ -50,12 +56,36 @@ struct GemmDesc {
 // Runs one matmul. kInvalidArgument (naming the GemmDesc field) for
 // non-positive sizes, a leading dimension below the stored row length, a
 // non-finite alpha or beta, or a null pointer; kInternal when oneDNN cannot
-// create the primitive (the message says why). Blocks until C is written.
+// create the primitive (the message says why); kFailedPrecondition when the
+// native bf16 route is forced on a CPU without it. Blocks until C is written.
 Status Gemm(const GemmDesc& desc, const void* a, const void* b, void* c);
 
+// How Gemm runs bf16 operands.
+enum class Bf16Route {
+  kNative,  // oneDNN's bf16 kernels (AVX512_BF16 or AMX instructions)
+  kViaF32,  // bf16 storage, oneDNN's f32 kernels on widened panels
+};
+
+// The route of bf16 matmuls in this process: kNative where oneDNN has bf16
+// kernels for this CPU within the ISA cap, else kViaF32 (or what
+// SetBf16Route forced).
+Bf16Route ActiveBf16Route();
+
+// Whether the native route is possible here at all.
+bool NativeBf16Available();
+
+// Forces the route from now on (nullopt: back to the chosen one), for tests
+// and benchmarks that compare the two on one machine.
+void SetBf16Route(std::optional<Bf16Route> route);
+
+// The route of a run whose matmuls take `ab_type`, for the first line of a
+// command and its --json: "bf16 native (amx)", "bf16 via f32 kernels
+// (avx2)", "f32 (avx512)"; the ISA is common/cpu_isa.h's active level.
+std::string MatmulRouteName(DType ab_type);
+
 // The oneDNN implementation Gemm uses for `desc`, e.g.
-// "brg:avx512_core_bf16" (a "ref:" one is a slow reference loop); for reports
-// and tests. Same errors as Gemm.
+// "brg:avx512_core_bf16" (a "ref:" one is a slow reference loop), with the
+// route's conversions named; for reports and tests. Same errors as Gemm.
 Result<std::string> GemmImplName(const GemmDesc& desc);
 
 // Makes oneDNN (and OpenMP) use only the calling thread for work started on
@@ -63,9 +93,9 @@ Result<std::string> GemmImplName(const GemmDesc& desc);
 // its first use in a thread). Only that thread's OpenMP thread count changes.
 void SetSingleThreaded();
 
-// What oneDNN dispatches to on this machine, e.g. "avx512_core_bf16"; for
-// reports (docs/performance.md, `multislice peak`).
-const char* IsaName();
+// What oneDNN dispatches to on this machine within the cap, e.g.
+// "avx512_core_bf16" (oneDNN's own names); for reports.
+const char* DnnlIsaName();
 
 // oneDNN's version and CPU threading runtime, e.g. "2.6.3 (OpenMP)".
 std::string DnnlVersion();

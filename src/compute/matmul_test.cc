@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/bf16.h"
+#include "common/cpu_isa.h"
 
 namespace multislice::compute {
 namespace {
@@ -24,7 +25,9 @@ struct Shape {
   int64_t m, n, k;
 };
 
-const Shape kShapes[] = {{1, 1, 1}, {7, 5, 3}, {33, 65, 17}, {128, 256, 64}};
+// The last one has a long k (the f32 accumulation of 2000 products).
+const Shape kShapes[] = {
+    {1, 1, 1}, {7, 5, 3}, {33, 65, 17}, {128, 256, 64}, {100, 9, 2000}};
 
 // A matrix stored [rows, ld] in `type`, with its values also kept as
 // doubles; the padding columns hold `pad`.
@@ -153,12 +156,29 @@ void CheckGemm(const GemmDesc& desc, bool padded, uint32_t seed) {
   EXPECT_EQ(bad, 0);
 }
 
-using Combo = std::tuple<bool, bool, DType, DType, float, bool, float>;
+// Forces a bf16 route for its lifetime.
+class ScopedRoute {
+ public:
+  explicit ScopedRoute(Bf16Route route) { SetBf16Route(route); }
+  ~ScopedRoute() { SetBf16Route(std::nullopt); }
+};
+
+// The bf16 routes this machine can run: via f32 everywhere, native where
+// oneDNN has bf16 kernels (within MULTISLICE_MAX_ISA).
+std::vector<Bf16Route> RunnableRoutes() {
+  std::vector<Bf16Route> routes = {Bf16Route::kViaF32};
+  if (NativeBf16Available()) routes.push_back(Bf16Route::kNative);
+  return routes;
+}
+
+using Combo =
+    std::tuple<Bf16Route, bool, bool, DType, DType, float, bool, float>;
 
 class GemmComboTest : public testing::TestWithParam<Combo> {};
 
 TEST_P(GemmComboTest, MatchesDoubleReference) {
-  auto [ta, tb, ab, c, beta, sigmoid, alpha] = GetParam();
+  auto [route, ta, tb, ab, c, beta, sigmoid, alpha] = GetParam();
+  ScopedRoute forced(route);
   uint32_t seed = 1;
   for (const Shape& shape : kShapes) {
     for (bool padded : {false, true}) {
@@ -179,8 +199,11 @@ TEST_P(GemmComboTest, MatchesDoubleReference) {
 }
 
 std::string ComboName(const testing::TestParamInfo<Combo>& info) {
-  auto [ta, tb, ab, c, beta, sigmoid, alpha] = info.param;
-  std::string name = std::string(ta ? "At" : "A") + (tb ? "Bt" : "B") + "_" +
+  auto [route, ta, tb, ab, c, beta, sigmoid, alpha] = info.param;
+  std::string name = std::string(ab == DType::kF32             ? ""
+                                 : route == Bf16Route::kNative ? "native_"
+                                                               : "viaf32_") +
+                     (ta ? "At" : "A") + (tb ? "Bt" : "B") + "_" +
                      (ab == DType::kF32 ? "f32" : "bf16") + "to" +
                      (c == DType::kF32 ? "f32" : "bf16") + "_beta" +
                      (beta == 0.0f ? "0" : "1") + (sigmoid ? "_sigmoid" : "") +
@@ -188,16 +211,38 @@ std::string ComboName(const testing::TestParamInfo<Combo>& info) {
   return name;
 }
 
+// f32 operands have one route; bf16 ones run on every route this machine
+// can run.
 INSTANTIATE_TEST_SUITE_P(
-    AllCombinations, GemmComboTest,
-    testing::Combine(testing::Bool(), testing::Bool(),
+    F32, GemmComboTest,
+    testing::Combine(testing::Values(Bf16Route::kViaF32), testing::Bool(),
+                     testing::Bool(), testing::Values(DType::kF32),
                      testing::Values(DType::kF32, DType::kBF16),
+                     testing::Values(0.0f, 1.0f), testing::Bool(),
+                     testing::Values(1.0f, -0.75f)),
+    ComboName);
+INSTANTIATE_TEST_SUITE_P(
+    Bf16, GemmComboTest,
+    testing::Combine(testing::ValuesIn(RunnableRoutes()), testing::Bool(),
+                     testing::Bool(), testing::Values(DType::kBF16),
                      testing::Values(DType::kF32, DType::kBF16),
                      testing::Values(0.0f, 1.0f), testing::Bool(),
                      testing::Values(1.0f, -0.75f)),
     ComboName);
 
 TEST(GemmTest, OtherBetaScalesOldC) {
+  for (Bf16Route route : RunnableRoutes()) {
+    ScopedRoute forced(route);
+    GemmDesc desc;
+    desc.m = 17;
+    desc.n = 9;
+    desc.k = 31;
+    desc.ab_type = DType::kBF16;
+    desc.c_type = DType::kBF16;
+    desc.beta = 0.5f;
+    desc.alpha = 2.0f;
+    CheckGemm(desc, true, 9);
+  }
   for (DType c : {DType::kF32, DType::kBF16}) {
     GemmDesc desc;
     desc.m = 17;
@@ -334,8 +379,60 @@ TEST(GemmTest, RejectsBadDescriptions) {
   EXPECT_TRUE(Gemm(d, buf.data(), buf.data(), buf.data()).ok());
 }
 
+// A larger A than one 8 MiB f32 panel (1100 rows of k = 2048: two panels,
+// the second short) on the bf16-through-f32 route, every transpose, bf16 C
+// accumulated.
+TEST(GemmTest, ViaF32SpansSeveralPanels) {
+  ScopedRoute forced(Bf16Route::kViaF32);
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      GemmDesc desc;
+      desc.m = 1100;
+      desc.n = 3;
+      desc.k = 2048;
+      desc.transpose_a = ta;
+      desc.transpose_b = tb;
+      desc.c_type = DType::kBF16;
+      desc.beta = 1.0f;
+      CheckGemm(desc, ta, 21);
+    }
+  }
+}
+
+// The route is chosen from what oneDNN can do, named in reports, and a
+// forced native route fails with a sentence where there is none.
+TEST(GemmTest, RouteIsChosenFromTheCpuAndNamed) {
+  EXPECT_EQ(ActiveBf16Route(),
+            NativeBf16Available() ? Bf16Route::kNative : Bf16Route::kViaF32);
+  const std::string isa(IsaName(ActiveIsa()));
+  EXPECT_EQ(MatmulRouteName(DType::kF32), "f32 (" + isa + ")");
+  {
+    ScopedRoute forced(Bf16Route::kViaF32);
+    EXPECT_EQ(MatmulRouteName(DType::kBF16),
+              "bf16 via f32 kernels (" + isa + ")");
+    GemmDesc desc;
+    desc.m = desc.n = desc.k = 64;
+    Result<std::string> impl = GemmImplName(desc);
+    ASSERT_TRUE(impl.ok()) << impl.status().message();
+    EXPECT_NE(impl->find("bf16 widened to f32"), std::string::npos) << *impl;
+  }
+  ScopedRoute forced(Bf16Route::kNative);
+  if (NativeBf16Available()) {
+    EXPECT_EQ(MatmulRouteName(DType::kBF16), "bf16 native (" + isa + ")");
+  } else {
+    GemmDesc desc;
+    desc.m = desc.n = desc.k = 8;
+    std::vector<uint16_t> a(64), b(64);
+    std::vector<float> c(64);
+    Status status = Gemm(desc, a.data(), b.data(), c.data());
+    EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(status.message().find("no bf16 matmul"), std::string::npos)
+        << status.message();
+  }
+}
+
 TEST(GemmTest, ReportsIsaAndImplementation) {
-  EXPECT_STRNE(IsaName(), "unknown");
+  EXPECT_STRNE(DnnlIsaName(), "unknown");
   EXPECT_FALSE(DnnlVersion().empty());
   GemmDesc desc;
   desc.m = desc.n = desc.k = 256;
@@ -343,7 +440,7 @@ TEST(GemmTest, ReportsIsaAndImplementation) {
   ASSERT_TRUE(impl.ok()) << impl.status().message();
   EXPECT_FALSE(impl->empty());
   std::printf("oneDNN %s, ISA %s, bf16 matmul: %s\n", DnnlVersion().c_str(),
-              IsaName(), impl->c_str());
+              DnnlIsaName(), impl->c_str());
 }
 
 }  // namespace

@@ -19,6 +19,8 @@
 #include <system_error>
 #include <utility>
 
+#include "common/cpu_isa.h"
+
 namespace multislice {
 namespace {
 
@@ -265,7 +267,8 @@ uint32_t Crc32cPortable(const void* data, size_t size, uint32_t crc) {
 }
 
 uint32_t Crc32c(const void* data, size_t size, uint32_t crc) {
-  static const bool hardware = __builtin_cpu_supports("sse4.2");
+  // SSE4.2 is in every level above the baseline.
+  const bool hardware = ActiveIsa() >= Isa::kAvx2;
   const auto* p = static_cast<const uint8_t*>(data);
   crc = ~crc;
   crc = hardware ? Crc32cHardware(p, size, crc) : Crc32cSoftware(p, size, crc);

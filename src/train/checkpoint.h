@@ -98,7 +98,8 @@ struct CheckpointOptions {
 };
 
 // CRC32C (Castagnoli) of `size` bytes, continuing from `crc` (0 to start).
-// Uses the SSE4.2 crc32 instruction when the CPU has it.
+// Uses the SSE4.2 crc32 instruction at every ISA level above the baseline
+// (common/cpu_isa.h), the table below otherwise.
 uint32_t Crc32c(const void* data, size_t size, uint32_t crc = 0);
 // The same over a slicing-by-8 table, on any CPU (the fallback; for tests).
 uint32_t Crc32cPortable(const void* data, size_t size, uint32_t crc = 0);

@@ -699,10 +699,7 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
       RETURN_IF_ERROR(reduce.Wait());
       // The mean loss and the squared norm of the summed gradient, in one
       // all-reduce (data replicas hold equal shards: each adds 1/data).
-      double sumsq = 0;
-      for (int64_t i = 0; i < count; ++i) {
-        sumsq += static_cast<double>(gradient[i]) * gradient[i];
-      }
+      const double sumsq = compute::SumOfSquares(gradient, count);
       float stats[2] = {loss * inv_devices,
                         static_cast<float>(sumsq / data_size)};
       RETURN_IF_ERROR(coll.AllReduce(kAll, stats, stats, 2, DType::kF32,
@@ -710,11 +707,11 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
                           .Wait());
       const double norm = std::sqrt(static_cast<double>(stats[1])) *
                           static_cast<double>(inv_devices);
-      const float scale =
+      // The clipped mean gradient, scaled inside the AdamW pass.
+      adam.grad_scale =
           model::ClipScale(
               norm, static_cast<float>(config.gradient_clipping_threshold)) *
           inv_devices;
-      for (int64_t i = 0; i < count; ++i) gradient[i] *= scale;
       const double lr = model::LearningRate(
           step, config.steps, config.warmup_steps, config.learning_rate,
           config.cosine_learning_rate_final_fraction);

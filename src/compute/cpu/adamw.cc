@@ -1,115 +1,131 @@
-// AdamW: an AVX-512 loop where the CPU has it (chosen at run time), giving
-// exactly the scalar loop's values; the gradient norm in double with eight
-// partial sums.
+// AdamW and the sum of squares, written once on 16-lane vectors and compiled
+// for every ISA level (isa_dispatch.h).
+//
+// The AdamW loop gives exactly the scalar loop's values on every level: this
+// file is compiled with -ffp-contract=off (no multiply-add is fused into an
+// FMA, which would round once instead of twice), division and sqrt are the
+// correctly rounded instructions, and each lane does the scalar loop's
+// operations in its order. The last n % 16 elements run through the same
+// vector code on a zero-padded copy. The sum of squares keeps 16 partial sums
+// in double (lane i % 16 gets element i) added in a fixed order at the end,
+// so it is the same on every level too.
 #include "compute/adamw.h"
-
-#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <numbers>
+#include <cstring>
+
+#include "common/isa_dispatch.h"
+#include "compute/cpu/vec16.h"
+
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace multislice::compute {
-
 namespace {
 
-#define MS_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+using vec::F16;
+using vec::I16;
+using vec::Splat;
+typedef std::uint8_t B16 __attribute__((vector_size(16)));
+typedef double D8 __attribute__((vector_size(64)));
 
 struct AdamWStep {
   float beta1, beta2, one_minus_beta1, one_minus_beta2;
-  float correction1, correction2, lr, eps, weight_decay;
+  float correction1, correction2, lr, eps, weight_decay, grad_scale;
 };
 
-// Elements [begin, end), one at a time.
-void AdamWScalar(const AdamWStep& s, float* params, const float* grads,
-                 float* m, float* v, std::int64_t begin, std::int64_t end,
-                 const std::uint8_t* decay_mask) {
-  for (std::int64_t i = begin; i < end; ++i) {
-    const float g = grads[i];
-    m[i] = s.beta1 * m[i] + s.one_minus_beta1 * g;
-    v[i] = s.beta2 * v[i] + s.one_minus_beta2 * g * g;
-    const float m_hat = m[i] / s.correction1;
-    const float v_hat = v[i] / s.correction2;
-    const bool decay = decay_mask == nullptr || decay_mask[i] != 0;
-    const float wd = decay ? s.weight_decay : 0.0f;
-    params[i] -= s.lr * (m_hat / (std::sqrt(v_hat) + s.eps) + wd * params[i]);
+// Lane-wise sqrt; GCC makes it one sqrtps per register (the file is built
+// with -fno-math-errno).
+MS_KERNEL F16 Sqrt(const F16& x) {
+  F16 r;
+  for (int j = 0; j < 16; ++j) r[j] = __builtin_sqrtf(x[j]);
+  return r;
+}
+
+// 16 elements starting at i of each array (params, m, v updated in place).
+MS_KERNEL void AdamW16(const AdamWStep& s, float* params, const float* grads,
+                       float* m, float* v, const std::uint8_t* decay_mask) {
+  F16 g, mi, vi, p;
+  std::memcpy(&g, grads, sizeof(g));
+  std::memcpy(&mi, m, sizeof(mi));
+  std::memcpy(&vi, v, sizeof(vi));
+  std::memcpy(&p, params, sizeof(p));
+  g = g * s.grad_scale;
+  mi = s.beta1 * mi + s.one_minus_beta1 * g;
+  vi = s.beta2 * vi + s.one_minus_beta2 * g * g;
+  const F16 m_hat = mi / s.correction1;
+  const F16 v_hat = vi / s.correction2;
+  F16 wd = Splat(s.weight_decay);
+  if (decay_mask != nullptr) {
+    B16 bytes;
+    std::memcpy(&bytes, decay_mask, sizeof(bytes));
+    wd = __builtin_convertvector(bytes, I16) != 0 ? wd : F16{};
   }
+  p = p - s.lr * (m_hat / (Sqrt(v_hat) + s.eps) + wd * p);
+  std::memcpy(m, &mi, sizeof(mi));
+  std::memcpy(v, &vi, sizeof(vi));
+  std::memcpy(params, &p, sizeof(p));
 }
 
-// The same 16 elements at a time with AVX-512 (GCC does not vectorise the
-// scalar loop: sqrt may set errno). Separate multiplies and adds and
-// correctly rounded division and sqrt, so every element gets exactly the
-// scalar loop's value. Returns how many elements it did (a multiple of 16).
-// Multiply, add and subtract that GCC does not contract into FMAs (it does
-// contract the plain _mm512_add_ps(_mm512_mul_ps(...)) forms), so that the
-// vector loop rounds exactly as the scalar one.
-#define MS_AVX512 __attribute__((target("avx512f"), always_inline)) inline
-MS_AVX512 __m512 Mul(__m512 a, __m512 b) {
-  return _mm512_maskz_mul_round_ps(0xffff, a, b, _MM_FROUND_CUR_DIRECTION);
-}
-MS_AVX512 __m512 Add(__m512 a, __m512 b) {
-  return _mm512_maskz_add_round_ps(0xffff, a, b, _MM_FROUND_CUR_DIRECTION);
-}
-MS_AVX512 __m512 Sub(__m512 a, __m512 b) {
-  return _mm512_maskz_sub_round_ps(0xffff, a, b, _MM_FROUND_CUR_DIRECTION);
-}
-
-__attribute__((target("avx512f"))) std::int64_t AdamWAvx512(
-    const AdamWStep& s, float* params, const float* grads, float* m, float* v,
-    std::int64_t n, const std::uint8_t* decay_mask) {
-  const __m512 beta1 = _mm512_set1_ps(s.beta1);
-  const __m512 beta2 = _mm512_set1_ps(s.beta2);
-  const __m512 one_minus_beta1 = _mm512_set1_ps(s.one_minus_beta1);
-  const __m512 one_minus_beta2 = _mm512_set1_ps(s.one_minus_beta2);
-  const __m512 correction1 = _mm512_set1_ps(s.correction1);
-  const __m512 correction2 = _mm512_set1_ps(s.correction2);
-  const __m512 lr = _mm512_set1_ps(s.lr);
-  const __m512 eps = _mm512_set1_ps(s.eps);
-  const __m512 weight_decay = _mm512_set1_ps(s.weight_decay);
-  std::int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 g = _mm512_loadu_ps(grads + i);
-    const __m512 mi =
-        Add(Mul(beta1, _mm512_loadu_ps(m + i)), Mul(one_minus_beta1, g));
-    const __m512 vi = Add(Mul(beta2, _mm512_loadu_ps(v + i)),
-                          Mul(Mul(one_minus_beta2, g), g));
-    _mm512_storeu_ps(m + i, mi);
-    _mm512_storeu_ps(v + i, vi);
-    const __m512 m_hat = _mm512_div_ps(mi, correction1);
-    const __m512 v_hat = _mm512_div_ps(vi, correction2);
-    __m512 wd = weight_decay;
+struct AdamWKernel {
+  MS_KERNEL void operator()(auto, const AdamWStep& s, float* params,
+                            const float* grads, float* m, float* v,
+                            std::int64_t n,
+                            const std::uint8_t* decay_mask) const {
+    std::int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      AdamW16(s, params + i, grads + i, m + i, v + i,
+              decay_mask != nullptr ? decay_mask + i : nullptr);
+    }
+    const std::int64_t rest = n - i;
+    if (rest == 0) return;
+    alignas(64) float tail[4][16] = {};
+    alignas(16) std::uint8_t tail_mask[16] = {};
+    const size_t bytes = static_cast<size_t>(rest) * sizeof(float);
+    std::memcpy(tail[0], params + i, bytes);
+    std::memcpy(tail[1], grads + i, bytes);
+    std::memcpy(tail[2], m + i, bytes);
+    std::memcpy(tail[3], v + i, bytes);
     if (decay_mask != nullptr) {
-      const __m512i bytes = _mm512_maskz_cvtepu8_epi32(
-          0xffff,
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(decay_mask + i)));
-      wd = _mm512_maskz_mov_ps(_mm512_test_epi32_mask(bytes, bytes), wd);
+      std::memcpy(tail_mask, decay_mask + i, static_cast<size_t>(rest));
     }
-    const __m512 p = _mm512_loadu_ps(params + i);
-    const __m512 update =
-        Add(_mm512_div_ps(m_hat, Add(_mm512_maskz_sqrt_ps(0xffff, v_hat), eps)),
-            Mul(wd, p));
-    _mm512_storeu_ps(params + i, Sub(p, Mul(lr, update)));
+    AdamW16(s, tail[0], tail[1], tail[2], tail[3],
+            decay_mask != nullptr ? tail_mask : nullptr);
+    std::memcpy(params + i, tail[0], bytes);
+    std::memcpy(m + i, tail[2], bytes);
+    std::memcpy(v + i, tail[3], bytes);
   }
-  return i;
-}
+};
 
-// Sum of squares in double, 8 independent partial sums (fixed order).
-MS_CLONES __attribute__((optimize("O3"))) double SumSquares(
-    const float* __restrict g, std::int64_t n) {
-  double acc[8] = {};
-  std::int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) {
-      const double x = g[i + j];
-      acc[j] += x * x;
+struct SumOfSquaresKernel {
+  MS_KERNEL double operator()(auto, const float* g, std::int64_t n) const {
+    D8 lo = {}, hi = {};
+    auto add = [&lo, &hi](const float* x) {
+      typedef float F8 __attribute__((vector_size(32)));
+      F8 a, b;
+      std::memcpy(&a, x, sizeof(a));
+      std::memcpy(&b, x + 8, sizeof(b));
+      const D8 da = __builtin_convertvector(a, D8);
+      const D8 db = __builtin_convertvector(b, D8);
+      lo += da * da;
+      hi += db * db;
+    };
+    std::int64_t i = 0;
+    for (; i + 16 <= n; i += 16) add(g + i);
+    if (i < n) {
+      alignas(64) float tail[16] = {};
+      std::memcpy(tail, g + i, static_cast<size_t>(n - i) * sizeof(float));
+      add(tail);
     }
+    double lanes[16];
+    std::memcpy(lanes, &lo, sizeof(lo));
+    std::memcpy(lanes + 8, &hi, sizeof(hi));
+    double sum = 0;
+    for (double lane : lanes) sum += lane;
+    return sum;
   }
-  for (; i < n; ++i) acc[i % 8] += double{g[i]} * g[i];
-  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) +
-         ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-}
+};
 
 }  // namespace
 
@@ -127,14 +143,16 @@ void AdamWUpdate(float* params, const float* grads, float* m, float* v,
   s.lr = options.lr;
   s.eps = options.eps;
   s.weight_decay = options.weight_decay;
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  const int64_t done =
-      avx512 ? AdamWAvx512(s, params, grads, m, v, n, decay_mask) : 0;
-  AdamWScalar(s, params, grads, m, v, done, n, decay_mask);
+  s.grad_scale = options.grad_scale;
+  isa::Dispatch<AdamWKernel>(s, params, grads, m, v, n, decay_mask);
+}
+
+double SumOfSquares(const float* g, int64_t n) {
+  return isa::Dispatch<SumOfSquaresKernel>(g, n);
 }
 
 double GlobalNorm(const float* g, int64_t n) {
-  return std::sqrt(SumSquares(g, n));
+  return std::sqrt(SumOfSquares(g, n));
 }
 
 }  // namespace multislice::compute

@@ -1,8 +1,8 @@
 // Element-wise kernels, written once on GCC vector types of 16 f32 lanes and
-// compiled three times (AVX-512, AVX2, baseline SSE2) through target_clones;
-// the loader picks the widest the CPU has. bf16 lanes are widened to f32 on
-// load and rounded to nearest even on store, so every kernel computes in f32
-// and rounds once, exactly as bf16::FromFloat does.
+// compiled three times (AVX-512, AVX2, baseline SSE2) by isa::Dispatch, which
+// runs the version of the active ISA level (common/cpu_isa.h). bf16 lanes are
+// widened to f32 on load and rounded to nearest even on store, so every kernel
+// computes in f32 and rounds once, exactly as bf16::FromFloat does.
 //
 // Sigmoid uses its own exp (Cody-Waite range reduction, a degree-7
 // polynomial, exact scaling by 2^n) because libm's exp does not vectorise;
@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "common/bf16.h"
+#include "common/isa_dispatch.h"
 #include "compute/cpu/vec16.h"
 
 // The vector types below are passed between inline functions of this file
@@ -35,8 +36,6 @@ typedef float F8 __attribute__((vector_size(32)));
 typedef double D8 __attribute__((vector_size(64)));
 
 #define MS_INLINE [[gnu::always_inline]] inline
-#define MS_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 
 // Loads 16 elements of type T from p[i..i+16) as f32.
 template <DType T>
@@ -141,43 +140,22 @@ struct IdentityOp {
   MS_INLINE F16 operator()(const F16& x) const { return x; }
 };
 
-MS_CLONES void SigmoidF32(const void* x, void* y, size_t n) {
-  Map1<DType::kF32, DType::kF32>(x, y, n, SigmoidOp{});
-}
-MS_CLONES void SigmoidBf16(const void* x, void* y, size_t n) {
-  Map1<DType::kBF16, DType::kBF16>(x, y, n, SigmoidOp{});
-}
+// The kernels of isa_dispatch.h: Map1 and Map2 with an op, and the sum.
+template <DType X, DType Y, typename Op>
+struct Map1Kernel {
+  MS_KERNEL void operator()(auto, const void* x, void* y, size_t n,
+                            Op op) const {
+    Map1<X, Y>(x, y, n, op);
+  }
+};
 
-MS_CLONES void SigmoidGradF32F32(const void* dy, const void* y, void* dx,
-                                 size_t n) {
-  Map2<DType::kF32, DType::kF32, DType::kF32>(dy, y, dx, n, SigmoidGradOp{});
-}
-MS_CLONES void SigmoidGradF32Bf16(const void* dy, const void* y, void* dx,
-                                  size_t n) {
-  Map2<DType::kF32, DType::kF32, DType::kBF16>(dy, y, dx, n, SigmoidGradOp{});
-}
-MS_CLONES void SigmoidGradBf16F32(const void* dy, const void* y, void* dx,
-                                  size_t n) {
-  Map2<DType::kBF16, DType::kBF16, DType::kF32>(dy, y, dx, n, SigmoidGradOp{});
-}
-MS_CLONES void SigmoidGradBf16Bf16(const void* dy, const void* y, void* dx,
-                                   size_t n) {
-  Map2<DType::kBF16, DType::kBF16, DType::kBF16>(dy, y, dx, n, SigmoidGradOp{});
-}
-
-MS_CLONES void SgdF32(void* p, const void* g, float lr, size_t n) {
-  Map2<DType::kF32, DType::kF32, DType::kF32>(p, g, p, n, SgdOp{lr});
-}
-MS_CLONES void SgdBf16(void* p, const void* g, float lr, size_t n) {
-  Map2<DType::kBF16, DType::kBF16, DType::kBF16>(p, g, p, n, SgdOp{lr});
-}
-
-MS_CLONES void F32ToBf16(const void* x, void* y, size_t n) {
-  Map1<DType::kF32, DType::kBF16>(x, y, n, IdentityOp{});
-}
-MS_CLONES void Bf16ToF32(const void* x, void* y, size_t n) {
-  Map1<DType::kBF16, DType::kF32>(x, y, n, IdentityOp{});
-}
+template <DType X0, DType X1, DType Y, typename Op>
+struct Map2Kernel {
+  MS_KERNEL void operator()(auto, const void* x0, const void* x1, void* y,
+                            size_t n, Op op) const {
+    Map2<X0, X1, Y>(x0, x1, y, n, op);
+  }
+};
 
 // Element i goes to lane i % 16 of the accumulators, each lane adds in index
 // order and the lanes are added in a fixed order at the end: the same result
@@ -207,45 +185,58 @@ MS_INLINE double SumImpl(const void* x, size_t n) {
   return sum;
 }
 
-MS_CLONES double SumF32(const void* x, size_t n) {
-  return SumImpl<DType::kF32>(x, n);
+template <DType T>
+struct SumKernel {
+  MS_KERNEL double operator()(auto, const void* x, size_t n) const {
+    return SumImpl<T>(x, n);
+  }
+};
+
+template <DType X, DType Y, typename Op>
+void RunMap1(const void* x, void* y, size_t n, Op op) {
+  isa::Dispatch<Map1Kernel<X, Y, Op>>(x, y, n, op);
 }
-MS_CLONES double SumBf16(const void* x, size_t n) {
-  return SumImpl<DType::kBF16>(x, n);
+
+template <DType X0, DType X1, DType Y, typename Op>
+void RunMap2(const void* x0, const void* x1, void* y, size_t n, Op op) {
+  isa::Dispatch<Map2Kernel<X0, X1, Y, Op>>(x0, x1, y, n, op);
 }
 
 }  // namespace
 
 void Sigmoid(DType dtype, const void* x, void* y, size_t count) {
   if (dtype == DType::kF32) {
-    SigmoidF32(x, y, count);
+    RunMap1<DType::kF32, DType::kF32>(x, y, count, SigmoidOp{});
   } else {
-    SigmoidBf16(x, y, count);
+    RunMap1<DType::kBF16, DType::kBF16>(x, y, count, SigmoidOp{});
   }
 }
 
 void SigmoidGrad(DType dtype, const void* dy, const void* y, DType dx_type,
                  void* dx, size_t count) {
-  if (dtype == DType::kF32) {
-    if (dx_type == DType::kF32) {
-      SigmoidGradF32F32(dy, y, dx, count);
+  constexpr DType kF32 = DType::kF32, kBF16 = DType::kBF16;
+  const SigmoidGradOp op;
+  if (dtype == kF32) {
+    if (dx_type == kF32) {
+      RunMap2<kF32, kF32, kF32>(dy, y, dx, count, op);
     } else {
-      SigmoidGradF32Bf16(dy, y, dx, count);
+      RunMap2<kF32, kF32, kBF16>(dy, y, dx, count, op);
     }
   } else {
-    if (dx_type == DType::kF32) {
-      SigmoidGradBf16F32(dy, y, dx, count);
+    if (dx_type == kF32) {
+      RunMap2<kBF16, kBF16, kF32>(dy, y, dx, count, op);
     } else {
-      SigmoidGradBf16Bf16(dy, y, dx, count);
+      RunMap2<kBF16, kBF16, kBF16>(dy, y, dx, count, op);
     }
   }
 }
 
 void SgdUpdate(DType dtype, void* p, const void* g, float lr, size_t count) {
   if (dtype == DType::kF32) {
-    SgdF32(p, g, lr, count);
+    RunMap2<DType::kF32, DType::kF32, DType::kF32>(p, g, p, count, SgdOp{lr});
   } else {
-    SgdBf16(p, g, lr, count);
+    RunMap2<DType::kBF16, DType::kBF16, DType::kBF16>(p, g, p, count,
+                                                      SgdOp{lr});
   }
 }
 
@@ -253,14 +244,16 @@ void Convert(DType from, const void* x, DType to, void* y, size_t count) {
   if (from == to) {
     if (x != y) std::memmove(y, x, count * SizeOf(from));
   } else if (from == DType::kF32) {
-    F32ToBf16(x, y, count);
+    RunMap1<DType::kF32, DType::kBF16>(x, y, count, IdentityOp{});
   } else {
-    Bf16ToF32(x, y, count);
+    RunMap1<DType::kBF16, DType::kF32>(x, y, count, IdentityOp{});
   }
 }
 
 double Sum(DType dtype, const void* x, size_t count) {
-  return dtype == DType::kF32 ? SumF32(x, count) : SumBf16(x, count);
+  return dtype == DType::kF32
+             ? isa::Dispatch<SumKernel<DType::kF32>>(x, count)
+             : isa::Dispatch<SumKernel<DType::kBF16>>(x, count);
 }
 
 void Fill(DType dtype, void* x, float value, size_t count) {

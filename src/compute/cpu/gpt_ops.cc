@@ -14,8 +14,8 @@
 //               dz = dL (p - onehot(target))
 //
 // The element-wise and row kernels are written on GCC vector types of 16 f32
-// lanes and compiled three times (AVX-512, AVX2, baseline) through
-// target_clones, as compute/elementwise.cc is; a row's last < 16 elements go
+// lanes and compiled three times (AVX-512, AVX2, baseline) by
+// isa::Dispatch, as elementwise.cc is; a row's last < 16 elements go
 // through the same vector code, zero-padded and masked. Reductions keep 16
 // partial sums and add them in a fixed order, so results are deterministic.
 // exp is compute/elementwise.cc's: Cody-Waite range reduction and a degree-7
@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/isa_dispatch.h"
 #include "compute/cpu/vec16.h"
 #include "compute/elementwise.h"
 #include "compute/matmul.h"
@@ -53,8 +54,6 @@ using compute::vec::Splat;
 using compute::vec::U16;
 
 #define MS_INLINE [[gnu::always_inline]] inline
-#define MS_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 
 MS_INLINE F16 Load(const float* p) {
   F16 v;
@@ -129,14 +128,18 @@ struct GeluFwd {
   }
 };
 
-MS_CLONES void GeluForwardImpl(float* out, const float* inp, std::int64_t n) {
-  std::int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) Store(out + i, GeluFwd{}(Load(inp + i)));
-  if (i < n) {
-    const int rest = static_cast<int>(n - i);
-    StorePart(out + i, GeluFwd{}(LoadPart(inp + i, rest)), rest);
+struct GeluForwardKernel {
+  MS_KERNEL void operator()(auto, float* out, const float* inp,
+                            std::int64_t n) const {
+    std::int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+      Store(out + i, GeluFwd{}(Load(inp + i)));
+    if (i < n) {
+      const int rest = static_cast<int>(n - i);
+      StorePart(out + i, GeluFwd{}(LoadPart(inp + i, rest)), rest);
+    }
   }
-}
+};
 
 MS_INLINE F16 GeluGrad(const F16& x) {
   const F16 z = (2.0f * kGeluScale) * (x + kGeluCubic * x * x * x);
@@ -151,43 +154,51 @@ MS_INLINE F16 GeluGrad(const F16& x) {
   return s + (az < 104.0f ? tail : x * 0.0f);
 }
 
-MS_CLONES void GeluBackwardImpl(float* dinp, const float* inp,
-                                const float* dout, std::int64_t n) {
-  std::int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    Store(dinp + i, Load(dinp + i) + GeluGrad(Load(inp + i)) * Load(dout + i));
+struct GeluBackwardKernel {
+  MS_KERNEL void operator()(auto, float* dinp, const float* inp,
+                            const float* dout, std::int64_t n) const {
+    std::int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      Store(dinp + i,
+            Load(dinp + i) + GeluGrad(Load(inp + i)) * Load(dout + i));
+    }
+    if (i < n) {
+      const int rest = static_cast<int>(n - i);
+      const F16 g =
+          GeluGrad(LoadPart(inp + i, rest)) * LoadPart(dout + i, rest);
+      StorePart(dinp + i, LoadPart(dinp + i, rest) + g, rest);
+    }
   }
-  if (i < n) {
-    const int rest = static_cast<int>(n - i);
-    const F16 g = GeluGrad(LoadPart(inp + i, rest)) * LoadPart(dout + i, rest);
-    StorePart(dinp + i, LoadPart(dinp + i, rest) + g, rest);
-  }
-}
+};
 
-MS_CLONES void GeluForwardBf16Impl(float* out, std::uint16_t* out16,
-                                   const float* inp, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; i += kLanes) {
-    const int rest = n - i < kLanes ? static_cast<int>(n - i) : kLanes;
-    const F16 x = rest == kLanes ? Load(inp + i) : LoadPart(inp + i, rest);
-    const F16 y = GeluFwd{}(x);
-    if (out != nullptr) StorePart(out + i, y, rest);
-    StoreBf16(out16 + i, y, rest);
+struct GeluForwardBf16Kernel {
+  MS_KERNEL void operator()(auto, float* out, std::uint16_t* out16,
+                            const float* inp, std::int64_t n) const {
+    for (std::int64_t i = 0; i < n; i += kLanes) {
+      const int rest = n - i < kLanes ? static_cast<int>(n - i) : kLanes;
+      const F16 x = rest == kLanes ? Load(inp + i) : LoadPart(inp + i, rest);
+      const F16 y = GeluFwd{}(x);
+      if (out != nullptr) StorePart(out + i, y, rest);
+      StoreBf16(out16 + i, y, rest);
+    }
   }
-}
+};
 
-MS_CLONES void GeluBackwardBf16Impl(float* dinp, std::uint16_t* dinp16,
-                                    const float* inp, const float* dout,
-                                    std::int64_t n) {
-  for (std::int64_t i = 0; i < n; i += kLanes) {
-    const int rest = n - i < kLanes ? static_cast<int>(n - i) : kLanes;
-    const bool full = rest == kLanes;
-    const F16 x = full ? Load(inp + i) : LoadPart(inp + i, rest);
-    const F16 dy = full ? Load(dout + i) : LoadPart(dout + i, rest);
-    const F16 g = GeluGrad(x) * dy;
-    StorePart(dinp + i, g, rest);
-    if (dinp16 != nullptr) StoreBf16(dinp16 + i, g, rest);
+struct GeluBackwardBf16Kernel {
+  MS_KERNEL void operator()(auto, float* dinp, std::uint16_t* dinp16,
+                            const float* inp, const float* dout,
+                            std::int64_t n) const {
+    for (std::int64_t i = 0; i < n; i += kLanes) {
+      const int rest = n - i < kLanes ? static_cast<int>(n - i) : kLanes;
+      const bool full = rest == kLanes;
+      const F16 x = full ? Load(inp + i) : LoadPart(inp + i, rest);
+      const F16 dy = full ? Load(dout + i) : LoadPart(dout + i, rest);
+      const F16 g = GeluGrad(x) * dy;
+      StorePart(dinp + i, g, rest);
+      if (dinp16 != nullptr) StoreBf16(dinp16 + i, g, rest);
+    }
   }
-}
+};
 
 // y[i] = f(y[i], x[i]) over n elements.
 template <typename F>
@@ -215,144 +226,163 @@ MS_INLINE void Add(float* out, const float* a, const float* b, std::int64_t n) {
 
 const auto kAccumulate = [](const F16& y, const F16& x) { return y + x; };
 
-MS_CLONES void ResidualForwardImpl(float* out, const float* a, const float* b,
-                                   std::int64_t n) {
-  Add(out, a, b, n);
-}
-
-MS_CLONES void ResidualBackwardImpl(float* da, float* db, const float* dout,
-                                    std::int64_t n) {
-  Update(da, dout, n, kAccumulate);
-  Update(db, dout, n, kAccumulate);
-}
-
-MS_CLONES void BiasForwardImpl(float* out, const float* bias, std::int64_t N,
-                               int OC) {
-  for (std::int64_t r = 0; r < N; ++r)
-    Update(out + r * OC, bias, OC, kAccumulate);
-}
-
-MS_CLONES void BiasBackwardImpl(float* dbias, const float* dout, std::int64_t N,
-                                int OC) {
-  for (std::int64_t r = 0; r < N; ++r)
-    Update(dbias, dout + r * OC, OC, kAccumulate);
-}
-
-MS_CLONES void EncoderForwardImpl(float* out, const std::int32_t* tokens,
-                                  const float* wte, const float* wpe, int B,
-                                  int T, int C) {
-  for (int b = 0; b < B; ++b) {
-    for (int t = 0; t < T; ++t) {
-      const std::int64_t row = static_cast<std::int64_t>(b) * T + t;
-      Add(out + row * C, wte + static_cast<std::int64_t>(tokens[row]) * C,
-          wpe + static_cast<std::int64_t>(t) * C, C);
-    }
+struct ResidualForwardKernel {
+  MS_KERNEL void operator()(auto, float* out, const float* a, const float* b,
+                            std::int64_t n) const {
+    Add(out, a, b, n);
   }
-}
+};
 
-MS_CLONES void EncoderBackwardImpl(float* dwte, float* dwpe, const float* dout,
-                                   const std::int32_t* tokens, int B, int T,
-                                   int C) {
-  for (int b = 0; b < B; ++b) {
-    for (int t = 0; t < T; ++t) {
-      const std::int64_t row = static_cast<std::int64_t>(b) * T + t;
-      const float* dout_row = dout + row * C;
-      Update(dwte + static_cast<std::int64_t>(tokens[row]) * C, dout_row, C,
-             kAccumulate);
-      Update(dwpe + static_cast<std::int64_t>(t) * C, dout_row, C, kAccumulate);
-    }
+struct ResidualBackwardKernel {
+  MS_KERNEL void operator()(auto, float* da, float* db, const float* dout,
+                            std::int64_t n) const {
+    Update(da, dout, n, kAccumulate);
+    Update(db, dout, n, kAccumulate);
   }
-}
+};
 
-// ---- layernorm -------------------------------------------------------------
-
-MS_CLONES void LayerNormForwardImpl(float* out, float* mean, float* rstd,
-                                    const float* inp, const float* weight,
-                                    const float* bias, std::int64_t N, int C) {
-  const int full = C / kLanes * kLanes;
-  const int rest = C - full;
-  const I16 tail = LaneMask(rest);
-  for (std::int64_t r = 0; r < N; ++r) {
-    const float* x = inp + r * C;
-    float* y = out + r * C;
-    F16 acc = {};
-    for (int i = 0; i < full; i += kLanes) acc += Load(x + i);
-    if (rest) acc += LoadPart(x + full, rest);
-    const float mu = HSum(acc) / static_cast<float>(C);
-    acc = F16{};
-    for (int i = 0; i < full; i += kLanes) {
-      const F16 d = Load(x + i) - mu;
-      acc += d * d;
-    }
-    if (rest) {
-      const F16 d = tail ? LoadPart(x + full, rest) - mu : F16{};
-      acc += d * d;
-    }
-    const float s =
-        1.0f / std::sqrt(HSum(acc) / static_cast<float>(C) + kLayerNormEps);
-    for (int i = 0; i < full; i += kLanes) {
-      Store(y + i, (Load(x + i) - mu) * s * Load(weight + i) + Load(bias + i));
-    }
-    if (rest) {
-      StorePart(
-          y + full,
-          (LoadPart(x + full, rest) - mu) * s * LoadPart(weight + full, rest) +
-              LoadPart(bias + full, rest),
-          rest);
-    }
-    mean[r] = mu;
-    rstd[r] = s;
+struct BiasForwardKernel {
+  MS_KERNEL void operator()(auto, float* out, const float* bias, std::int64_t N,
+                            int OC) const {
+    for (std::int64_t r = 0; r < N; ++r)
+      Update(out + r * OC, bias, OC, kAccumulate);
   }
-}
+};
 
-MS_CLONES void LayerNormBackwardImpl(float* dinp, float* dweight, float* dbias,
-                                     const float* dout, const float* inp,
-                                     const float* weight, const float* mean,
-                                     const float* rstd, std::int64_t N, int C) {
-  for (std::int64_t r = 0; r < N; ++r) {
-    const float* x = inp + r * C;
-    const float* dy = dout + r * C;
-    float* dx = dinp + r * C;
-    const float mu = mean[r];
-    const float s = rstd[r];
-    // Two row averages that the input gradient needs. Padding lanes have
-    // dy = 0, so g = 0 there.
-    F16 g_acc = {}, gx_acc = {};
-    int i = 0;
-    for (; i < C; i += kLanes) {
-      const int n = C - i < kLanes ? C - i : kLanes;
-      const bool part = n < kLanes;
-      const F16 xv = part ? LoadPart(x + i, n) : Load(x + i);
-      const F16 dyv = part ? LoadPart(dy + i, n) : Load(dy + i);
-      const F16 wv = part ? LoadPart(weight + i, n) : Load(weight + i);
-      const F16 xhat = (xv - mu) * s;
-      const F16 g = dyv * wv;
-      g_acc += g;
-      gx_acc += g * xhat;
-    }
-    const float g_avg = HSum(g_acc) / static_cast<float>(C);
-    const float g_xhat_avg = HSum(gx_acc) / static_cast<float>(C);
-    for (i = 0; i < C; i += kLanes) {
-      const int n = C - i < kLanes ? C - i : kLanes;
-      if (n == kLanes) {
-        const F16 xhat = (Load(x + i) - mu) * s;
-        const F16 dyv = Load(dy + i);
-        const F16 g = dyv * Load(weight + i);
-        Store(dbias + i, Load(dbias + i) + dyv);
-        Store(dweight + i, Load(dweight + i) + dyv * xhat);
-        Store(dx + i, Load(dx + i) + s * (g - g_avg - xhat * g_xhat_avg));
-      } else {
-        const F16 xhat = (LoadPart(x + i, n) - mu) * s;
-        const F16 dyv = LoadPart(dy + i, n);
-        const F16 g = dyv * LoadPart(weight + i, n);
-        StorePart(dbias + i, LoadPart(dbias + i, n) + dyv, n);
-        StorePart(dweight + i, LoadPart(dweight + i, n) + dyv * xhat, n);
-        StorePart(dx + i,
-                  LoadPart(dx + i, n) + s * (g - g_avg - xhat * g_xhat_avg), n);
+struct BiasBackwardKernel {
+  MS_KERNEL void operator()(auto, float* dbias, const float* dout,
+                            std::int64_t N, int OC) const {
+    for (std::int64_t r = 0; r < N; ++r)
+      Update(dbias, dout + r * OC, OC, kAccumulate);
+  }
+};
+
+struct EncoderForwardKernel {
+  MS_KERNEL void operator()(auto, float* out, const std::int32_t* tokens,
+                            const float* wte, const float* wpe, int B, int T,
+                            int C) const {
+    for (int b = 0; b < B; ++b) {
+      for (int t = 0; t < T; ++t) {
+        const std::int64_t row = static_cast<std::int64_t>(b) * T + t;
+        Add(out + row * C, wte + static_cast<std::int64_t>(tokens[row]) * C,
+            wpe + static_cast<std::int64_t>(t) * C, C);
       }
     }
   }
-}
+};
+
+struct EncoderBackwardKernel {
+  MS_KERNEL void operator()(auto, float* dwte, float* dwpe, const float* dout,
+                            const std::int32_t* tokens, int B, int T,
+                            int C) const {
+    for (int b = 0; b < B; ++b) {
+      for (int t = 0; t < T; ++t) {
+        const std::int64_t row = static_cast<std::int64_t>(b) * T + t;
+        const float* dout_row = dout + row * C;
+        Update(dwte + static_cast<std::int64_t>(tokens[row]) * C, dout_row, C,
+               kAccumulate);
+        Update(dwpe + static_cast<std::int64_t>(t) * C, dout_row, C,
+               kAccumulate);
+      }
+    }
+  }
+};
+
+// ---- layernorm -------------------------------------------------------------
+
+struct LayerNormForwardKernel {
+  MS_KERNEL void operator()(auto, float* out, float* mean, float* rstd,
+                            const float* inp, const float* weight,
+                            const float* bias, std::int64_t N, int C) const {
+    const int full = C / kLanes * kLanes;
+    const int rest = C - full;
+    const I16 tail = LaneMask(rest);
+    for (std::int64_t r = 0; r < N; ++r) {
+      const float* x = inp + r * C;
+      float* y = out + r * C;
+      F16 acc = {};
+      for (int i = 0; i < full; i += kLanes) acc += Load(x + i);
+      if (rest) acc += LoadPart(x + full, rest);
+      const float mu = HSum(acc) / static_cast<float>(C);
+      acc = F16{};
+      for (int i = 0; i < full; i += kLanes) {
+        const F16 d = Load(x + i) - mu;
+        acc += d * d;
+      }
+      if (rest) {
+        const F16 d = tail ? LoadPart(x + full, rest) - mu : F16{};
+        acc += d * d;
+      }
+      const float s =
+          1.0f / std::sqrt(HSum(acc) / static_cast<float>(C) + kLayerNormEps);
+      for (int i = 0; i < full; i += kLanes) {
+        Store(y + i,
+              (Load(x + i) - mu) * s * Load(weight + i) + Load(bias + i));
+      }
+      if (rest) {
+        StorePart(y + full,
+                  (LoadPart(x + full, rest) - mu) * s *
+                          LoadPart(weight + full, rest) +
+                      LoadPart(bias + full, rest),
+                  rest);
+      }
+      mean[r] = mu;
+      rstd[r] = s;
+    }
+  }
+};
+
+struct LayerNormBackwardKernel {
+  MS_KERNEL void operator()(auto, float* dinp, float* dweight, float* dbias,
+                            const float* dout, const float* inp,
+                            const float* weight, const float* mean,
+                            const float* rstd, std::int64_t N, int C) const {
+    for (std::int64_t r = 0; r < N; ++r) {
+      const float* x = inp + r * C;
+      const float* dy = dout + r * C;
+      float* dx = dinp + r * C;
+      const float mu = mean[r];
+      const float s = rstd[r];
+      // Two row averages that the input gradient needs. Padding lanes have
+      // dy = 0, so g = 0 there.
+      F16 g_acc = {}, gx_acc = {};
+      int i = 0;
+      for (; i < C; i += kLanes) {
+        const int n = C - i < kLanes ? C - i : kLanes;
+        const bool part = n < kLanes;
+        const F16 xv = part ? LoadPart(x + i, n) : Load(x + i);
+        const F16 dyv = part ? LoadPart(dy + i, n) : Load(dy + i);
+        const F16 wv = part ? LoadPart(weight + i, n) : Load(weight + i);
+        const F16 xhat = (xv - mu) * s;
+        const F16 g = dyv * wv;
+        g_acc += g;
+        gx_acc += g * xhat;
+      }
+      const float g_avg = HSum(g_acc) / static_cast<float>(C);
+      const float g_xhat_avg = HSum(gx_acc) / static_cast<float>(C);
+      for (i = 0; i < C; i += kLanes) {
+        const int n = C - i < kLanes ? C - i : kLanes;
+        if (n == kLanes) {
+          const F16 xhat = (Load(x + i) - mu) * s;
+          const F16 dyv = Load(dy + i);
+          const F16 g = dyv * Load(weight + i);
+          Store(dbias + i, Load(dbias + i) + dyv);
+          Store(dweight + i, Load(dweight + i) + dyv * xhat);
+          Store(dx + i, Load(dx + i) + s * (g - g_avg - xhat * g_xhat_avg));
+        } else {
+          const F16 xhat = (LoadPart(x + i, n) - mu) * s;
+          const F16 dyv = LoadPart(dy + i, n);
+          const F16 g = dyv * LoadPart(weight + i, n);
+          StorePart(dbias + i, LoadPart(dbias + i, n) + dyv, n);
+          StorePart(dweight + i, LoadPart(dweight + i, n) + dyv * xhat, n);
+          StorePart(dx + i,
+                    LoadPart(dx + i, n) + s * (g - g_avg - xhat * g_xhat_avg),
+                    n);
+        }
+      }
+    }
+  }
+};
 
 // ---- softmax rows ----------------------------------------------------------
 
@@ -401,73 +431,78 @@ MS_INLINE void RowToBf16(std::uint16_t* y, const float* x, int n) {
 
 // ... and its bf16 copy into s16 when non-null, row by row while the row is
 // in L1.
-MS_CLONES void CausalSoftmaxImpl(float* s, int T, std::uint16_t* s16) {
-  float mx;
-  for (int t = 0; t < T; ++t) {
-    const std::int64_t row = static_cast<std::int64_t>(t) * T;
-    SoftmaxRow(s + row, t + 1, T, &mx);
-    if (s16 != nullptr) RowToBf16(s16 + row, s + row, T);
+struct CausalSoftmaxKernel {
+  MS_KERNEL void operator()(auto, float* s, int T, std::uint16_t* s16) const {
+    float mx;
+    for (int t = 0; t < T; ++t) {
+      const std::int64_t row = static_cast<std::int64_t>(t) * T;
+      SoftmaxRow(s + row, t + 1, T, &mx);
+      if (s16 != nullptr) RowToBf16(s16 + row, s + row, T);
+    }
   }
-}
+};
 
 // dP (T x T, in place) -> dS = P * (dP - rowsum(dP * P)) over the causal
 // part; entries above the diagonal (where P = 0) become 0. With ds16, also
 // its bf16 copy.
-MS_CLONES void CausalSoftmaxBackwardImpl(float* dp, const float* p, int T,
-                                         std::uint16_t* ds16) {
-  for (int t = 0; t < T; ++t) {
-    float* d = dp + static_cast<std::int64_t>(t) * T;
-    const float* a = p + static_cast<std::int64_t>(t) * T;
-    const int n = t + 1;
-    F16 acc = {};
-    int i = 0;
-    for (; i + kLanes <= n; i += kLanes) acc += Load(d + i) * Load(a + i);
-    const int rest = n - i;
-    if (rest) acc += LoadPart(d + i, rest) * LoadPart(a + i, rest);
-    const float dot = HSum(acc);
-    for (i = 0; i + kLanes <= n; i += kLanes) {
-      Store(d + i, Load(a + i) * (Load(d + i) - dot));
-    }
-    if (rest) {
-      StorePart(d + i, LoadPart(a + i, rest) * (LoadPart(d + i, rest) - dot),
-                rest);
-    }
-    if (T > n)
-      std::memset(d + n, 0, static_cast<size_t>(T - n) * sizeof(float));
-    if (ds16 != nullptr) {
-      RowToBf16(ds16 + static_cast<std::int64_t>(t) * T, d, T);
+struct CausalSoftmaxBackwardKernel {
+  MS_KERNEL void operator()(auto, float* dp, const float* p, int T,
+                            std::uint16_t* ds16) const {
+    for (int t = 0; t < T; ++t) {
+      float* d = dp + static_cast<std::int64_t>(t) * T;
+      const float* a = p + static_cast<std::int64_t>(t) * T;
+      const int n = t + 1;
+      F16 acc = {};
+      int i = 0;
+      for (; i + kLanes <= n; i += kLanes) acc += Load(d + i) * Load(a + i);
+      const int rest = n - i;
+      if (rest) acc += LoadPart(d + i, rest) * LoadPart(a + i, rest);
+      const float dot = HSum(acc);
+      for (i = 0; i + kLanes <= n; i += kLanes) {
+        Store(d + i, Load(a + i) * (Load(d + i) - dot));
+      }
+      if (rest) {
+        StorePart(d + i, LoadPart(a + i, rest) * (LoadPart(d + i, rest) - dot),
+                  rest);
+      }
+      if (T > n)
+        std::memset(d + n, 0, static_cast<size_t>(T - n) * sizeof(float));
+      if (ds16 != nullptr) {
+        RowToBf16(ds16 + static_cast<std::int64_t>(t) * T, d, T);
+      }
     }
   }
-}
+};
 
-MS_CLONES void CrossEntropyForwardImpl(float* losses, float* probs,
-                                       const float* logits,
-                                       const std::int32_t* targets,
-                                       std::int64_t N, int V) {
-  for (std::int64_t r = 0; r < N; ++r) {
-    const float* z = logits + r * V;
-    float* p = probs + r * V;
-    std::memcpy(p, z, static_cast<size_t>(V) * sizeof(float));
-    float max_logit;
-    const float denom = SoftmaxRow(p, V, V, &max_logit);
-    // -log p[target] from the log-sum-exp form, so that a tiny probability
-    // does not underflow to log(0).
-    losses[r] = std::log(denom) - (z[targets[r]] - max_logit);
+struct CrossEntropyForwardKernel {
+  MS_KERNEL void operator()(auto, float* losses, float* probs,
+                            const float* logits, const std::int32_t* targets,
+                            std::int64_t N, int V) const {
+    for (std::int64_t r = 0; r < N; ++r) {
+      const float* z = logits + r * V;
+      float* p = probs + r * V;
+      std::memcpy(p, z, static_cast<size_t>(V) * sizeof(float));
+      float max_logit;
+      const float denom = SoftmaxRow(p, V, V, &max_logit);
+      // -log p[target] from the log-sum-exp form, so that a tiny probability
+      // does not underflow to log(0).
+      losses[r] = std::log(denom) - (z[targets[r]] - max_logit);
+    }
   }
-}
+};
 
-MS_CLONES void CrossEntropySoftmaxBackwardImpl(float* dlogits,
-                                               const float* dlosses,
-                                               const float* probs,
-                                               const std::int32_t* targets,
-                                               std::int64_t N, int V) {
-  for (std::int64_t r = 0; r < N; ++r) {
-    const float dl = dlosses[r];
-    Update(dlogits + r * V, probs + r * V, V,
-           [dl](const F16& y, const F16& p) { return y + dl * p; });
-    dlogits[r * V + targets[r]] -= dl;
+struct CrossEntropySoftmaxBackwardKernel {
+  MS_KERNEL void operator()(auto, float* dlogits, const float* dlosses,
+                            const float* probs, const std::int32_t* targets,
+                            std::int64_t N, int V) const {
+    for (std::int64_t r = 0; r < N; ++r) {
+      const float dl = dlosses[r];
+      Update(dlogits + r * V, probs + r * V, V,
+             [dl](const F16& y, const F16& p) { return y + dl * p; });
+      dlogits[r * V + targets[r]] -= dl;
+    }
   }
-}
+};
 
 // ---- bf16 rounding ---------------------------------------------------------
 
@@ -548,52 +583,50 @@ HeadOperands Operands(float* scratch, const float* qkv,
 
 void EncoderForward(float* out, const std::int32_t* tokens, const float* wte,
                     const float* wpe, int B, int T, int C) {
-  EncoderForwardImpl(out, tokens, wte, wpe, B, T, C);
+  isa::Dispatch<EncoderForwardKernel>(out, tokens, wte, wpe, B, T, C);
 }
 
 void EncoderBackward(float* dwte, float* dwpe, const float* dout,
                      const std::int32_t* tokens, int B, int T, int C) {
-  EncoderBackwardImpl(dwte, dwpe, dout, tokens, B, T, C);
+  isa::Dispatch<EncoderBackwardKernel>(dwte, dwpe, dout, tokens, B, T, C);
 }
 
 void LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
                       const float* weight, const float* bias, std::int64_t N,
                       int C) {
-  LayerNormForwardImpl(out, mean, rstd, inp, weight, bias, N, C);
+  isa::Dispatch<LayerNormForwardKernel>(out, mean, rstd, inp, weight, bias, N,
+                                        C);
 }
 
 void LayerNormBackward(float* dinp, float* dweight, float* dbias,
                        const float* dout, const float* inp, const float* weight,
                        const float* mean, const float* rstd, std::int64_t N,
                        int C) {
-  LayerNormBackwardImpl(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N,
-                        C);
+  isa::Dispatch<LayerNormBackwardKernel>(dinp, dweight, dbias, dout, inp,
+                                         weight, mean, rstd, N, C);
 }
 
 void GeluForward(float* out, const float* inp, std::int64_t n) {
-  GeluForwardImpl(out, inp, n);
+  isa::Dispatch<GeluForwardKernel>(out, inp, n);
 }
 
 void GeluBackward(float* dinp, const float* inp, const float* dout,
                   std::int64_t n) {
-  GeluBackwardImpl(dinp, inp, dout, n);
+  isa::Dispatch<GeluBackwardKernel>(dinp, inp, dout, n);
 }
 
 void GeluForwardBf16(float* out, std::uint16_t* out16, const float* inp,
                      std::int64_t n) {
-  GeluForwardBf16Impl(out, out16, inp, n);
+  isa::Dispatch<GeluForwardBf16Kernel>(out, out16, inp, n);
 }
 
 void GeluBackwardOverwrite(float* dinp, std::uint16_t* dinp16, const float* inp,
                            const float* dout, std::int64_t n) {
-  GeluBackwardBf16Impl(dinp, dinp16, inp, dout, n);
+  isa::Dispatch<GeluBackwardBf16Kernel>(dinp, dinp16, inp, dout, n);
 }
 
 void ToBf16(const float* x, std::uint16_t* y, std::int64_t n) {
-  static const bool has_bf16 = __builtin_cpu_supports("avx512bf16") &&
-                               __builtin_cpu_supports("avx512bw") &&
-                               __builtin_cpu_supports("avx512vl");
-  if (has_bf16) {
+  if (ActiveIsa() >= Isa::kAvx512Bf16) {
     ToBf16Avx512(x, y, n);
   } else {
     compute::Convert(DType::kF32, x, DType::kBF16, y,
@@ -638,7 +671,7 @@ Status AttentionForward(float* out, float* att, float* scratch,
       const void* v = Offset(ops.qkv, row0 * 3 * C + 2 * C + head, ops.elem);
       RETURN_IF_ERROR(compute::Gemm(s_desc, q, k, p));
       std::uint16_t* p16 = static_cast<std::uint16_t*>(ops.p16);
-      CausalSoftmaxImpl(p, T, p16);
+      isa::Dispatch<CausalSoftmaxKernel>(p, T, p16);
       const void* pa = p16 != nullptr ? static_cast<const void*>(p16) : p;
       RETURN_IF_ERROR(compute::Gemm(o_desc, pa, v, out + row0 * C + head));
     }
@@ -697,7 +730,7 @@ Status AttentionBackward(float* dqkv, float* scratch, const float* dout,
       }
       RETURN_IF_ERROR(compute::Gemm(dv_desc, pa, d_o, dv));
       std::uint16_t* ds16 = static_cast<std::uint16_t*>(ops.ds16);
-      CausalSoftmaxBackwardImpl(dp, p, T, ds16);
+      isa::Dispatch<CausalSoftmaxBackwardKernel>(dp, p, T, ds16);
       const void* ds = ds16 != nullptr ? static_cast<const void*>(ds16) : dp;
       RETURN_IF_ERROR(compute::Gemm(dq_desc, ds, k, dq));
       RETURN_IF_ERROR(compute::Gemm(dk_desc, ds, q, dk));
@@ -708,31 +741,33 @@ Status AttentionBackward(float* dqkv, float* scratch, const float* dout,
 
 void ResidualForward(float* out, const float* a, const float* b,
                      std::int64_t n) {
-  ResidualForwardImpl(out, a, b, n);
+  isa::Dispatch<ResidualForwardKernel>(out, a, b, n);
 }
 
 void ResidualBackward(float* da, float* db, const float* dout, std::int64_t n) {
-  ResidualBackwardImpl(da, db, dout, n);
+  isa::Dispatch<ResidualBackwardKernel>(da, db, dout, n);
 }
 
 void BiasForward(float* out, const float* bias, std::int64_t N, int OC) {
-  BiasForwardImpl(out, bias, N, OC);
+  isa::Dispatch<BiasForwardKernel>(out, bias, N, OC);
 }
 
 void BiasBackward(float* dbias, const float* dout, std::int64_t N, int OC) {
-  BiasBackwardImpl(dbias, dout, N, OC);
+  isa::Dispatch<BiasBackwardKernel>(dbias, dout, N, OC);
 }
 
 void CrossEntropyForward(float* losses, float* probs, const float* logits,
                          const std::int32_t* targets, std::int64_t N, int V) {
-  CrossEntropyForwardImpl(losses, probs, logits, targets, N, V);
+  isa::Dispatch<CrossEntropyForwardKernel>(losses, probs, logits, targets, N,
+                                           V);
 }
 
 void CrossEntropySoftmaxBackward(float* dlogits, const float* dlosses,
                                  const float* probs,
                                  const std::int32_t* targets, std::int64_t N,
                                  int V) {
-  CrossEntropySoftmaxBackwardImpl(dlogits, dlosses, probs, targets, N, V);
+  isa::Dispatch<CrossEntropySoftmaxBackwardKernel>(dlogits, dlosses, probs,
+                                                   targets, N, V);
 }
 
 }  // namespace multislice::compute::gpt

@@ -1,7 +1,7 @@
 // Element-wise reductions. Every entry point funnels into one blocked loop,
 // ReduceBlocks<T, op>, instantiated for each element type and reduction and
-// compiled three times by GCC function multi-versioning (AVX-512, AVX2 and
-// the x86-64 baseline); the dynamic loader picks the best one at start-up.
+// compiled three times by isa::Dispatch (AVX-512, AVX2 and the x86-64
+// baseline), which runs the version of the active ISA level at each call.
 //
 // The loop walks the arrays in blocks of kBlockElems elements: each block of
 // every source is combined into an f32 accumulator that stays in L1, the
@@ -34,6 +34,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "common/isa_dispatch.h"
+
 namespace multislice::comm {
 namespace {
 
@@ -45,9 +47,6 @@ constexpr size_t kBlockElems = 2048;
 // Outputs of at least this many bytes in total are streamed past the cache.
 // Below it the result is likely to be read again soon (and fits in L2/L3).
 constexpr size_t kStreamThresholdBytes = size_t{4} << 20;
-
-#define MS_MULTIVERSION \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 
 // Everything a multi-versioned function calls in its loops must be inlined
 // into it, or the loops stop vectorising. GCC refuses to inline a plain
@@ -123,12 +122,41 @@ __attribute__((target("avx2"))) void StreamCopyAvx2(char* dst, const char* src,
   std::memcpy(dst + i, src + i, bytes - i);
 }
 
-bool HaveAvx2() {
-  static const bool have = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  return have;
+// The same with SSE2's 16-byte non-temporal stores (the x86-64 baseline).
+void StreamCopySse2(char* dst, const char* src, size_t bytes) {
+  const size_t misalignment =
+      (16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & size_t{15};
+  const size_t head = misalignment < bytes ? misalignment : bytes;
+  std::memcpy(dst, src, head);
+  size_t i = head;
+  for (; i + 64 <= bytes; i += 64) {
+    const auto* from = reinterpret_cast<const __m128i*>(src + i);
+    auto* to = reinterpret_cast<__m128i*>(dst + i);
+    const __m128i v0 = _mm_loadu_si128(from);
+    const __m128i v1 = _mm_loadu_si128(from + 1);
+    const __m128i v2 = _mm_loadu_si128(from + 2);
+    const __m128i v3 = _mm_loadu_si128(from + 3);
+    _mm_stream_si128(to, v0);
+    _mm_stream_si128(to + 1, v1);
+    _mm_stream_si128(to + 2, v2);
+    _mm_stream_si128(to + 3, v3);
+  }
+  for (; i + 16 <= bytes; i += 16) {
+    _mm_stream_si128(
+        reinterpret_cast<__m128i*>(dst + i),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+  }
+  std::memcpy(dst + i, src + i, bytes - i);
+}
+
+// The widest stream copy of the active ISA level (AVX-512 stores would not
+// move memory any faster than AVX2's).
+void StreamCopy(char* dst, const char* src, size_t bytes) {
+  if (ActiveIsa() >= Isa::kAvx2) {
+    StreamCopyAvx2(dst, src, bytes);
+  } else {
+    StreamCopySse2(dst, src, bytes);
+  }
 }
 
 // n == 1: the source bits are copied unchanged (no bf16 re-rounding of
@@ -136,7 +164,7 @@ bool HaveAvx2() {
 // destinations. A destination equal to the source is left alone.
 void CopyToAll(void* const* dsts, int m, const void* src, size_t bytes) {
   constexpr size_t kBlockBytes = kBlockElems * sizeof(float);
-  const bool stream = bytes * m >= kStreamThresholdBytes && HaveAvx2();
+  const bool stream = bytes * m >= kStreamThresholdBytes;
   const char* from = static_cast<const char*>(src);
   for (size_t base = 0; base < bytes; base += kBlockBytes) {
     const size_t len = std::min(kBlockBytes, bytes - base);
@@ -144,7 +172,7 @@ void CopyToAll(void* const* dsts, int m, const void* src, size_t bytes) {
       char* to = static_cast<char*>(dsts[d]);
       if (to == from) continue;
       if (stream) {
-        StreamCopyAvx2(to + base, from + base, len);
+        StreamCopy(to + base, from + base, len);
       } else {
         std::memcpy(to + base, from + base, len);
       }
@@ -159,8 +187,7 @@ MS_ALWAYS_INLINE void ReduceBlocks(void* const* dsts, int m,
                                    size_t count) {
   alignas(64) float acc[kBlockElems];
   alignas(64) uint16_t packed[std::is_same_v<T, float> ? 1 : kBlockElems];
-  const bool stream =
-      count * sizeof(T) * m >= kStreamThresholdBytes && HaveAvx2();
+  const bool stream = count * sizeof(T) * m >= kStreamThresholdBytes;
   for (size_t base = 0; base < count; base += kBlockElems) {
     const size_t len = count - base < kBlockElems ? count - base : kBlockElems;
     // n >= 2 here (one source is a copy): the first pass combines two.
@@ -186,7 +213,7 @@ MS_ALWAYS_INLINE void ReduceBlocks(void* const* dsts, int m,
     for (int d = 0; d < m; ++d) {
       char* dst = static_cast<char*>(dsts[d]) + base * sizeof(T);
       if (stream) {
-        StreamCopyAvx2(dst, result, bytes);
+        StreamCopy(dst, result, bytes);
       } else {
         std::memcpy(dst, result, bytes);
       }
@@ -197,35 +224,29 @@ MS_ALWAYS_INLINE void ReduceBlocks(void* const* dsts, int m,
   if (stream) _mm_sfence();
 }
 
-MS_MULTIVERSION void ReduceF32Sum(void* const* dsts, int m,
-                                  const void* const* srcs, int n,
-                                  size_t count) {
-  ReduceBlocks<float, ReduceOp::kSum>(dsts, m, srcs, n, count);
-}
-MS_MULTIVERSION void ReduceF32Max(void* const* dsts, int m,
-                                  const void* const* srcs, int n,
-                                  size_t count) {
-  ReduceBlocks<float, ReduceOp::kMax>(dsts, m, srcs, n, count);
-}
-MS_MULTIVERSION void ReduceF32Min(void* const* dsts, int m,
-                                  const void* const* srcs, int n,
-                                  size_t count) {
-  ReduceBlocks<float, ReduceOp::kMin>(dsts, m, srcs, n, count);
-}
-MS_MULTIVERSION void ReduceBf16Sum(void* const* dsts, int m,
+template <typename T, ReduceOp kOp>
+struct ReduceKernel {
+  MS_ALWAYS_INLINE void operator()(auto, void* const* dsts, int m,
                                    const void* const* srcs, int n,
-                                   size_t count) {
-  ReduceBlocks<uint16_t, ReduceOp::kSum>(dsts, m, srcs, n, count);
-}
-MS_MULTIVERSION void ReduceBf16Max(void* const* dsts, int m,
-                                   const void* const* srcs, int n,
-                                   size_t count) {
-  ReduceBlocks<uint16_t, ReduceOp::kMax>(dsts, m, srcs, n, count);
-}
-MS_MULTIVERSION void ReduceBf16Min(void* const* dsts, int m,
-                                   const void* const* srcs, int n,
-                                   size_t count) {
-  ReduceBlocks<uint16_t, ReduceOp::kMin>(dsts, m, srcs, n, count);
+                                   size_t count) const {
+    ReduceBlocks<T, kOp>(dsts, m, srcs, n, count);
+  }
+};
+
+template <typename T>
+void Reduce(ReduceOp op, void* const* dsts, int m, const void* const* srcs,
+            int n, size_t count) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return isa::Dispatch<ReduceKernel<T, ReduceOp::kSum>>(dsts, m, srcs, n,
+                                                            count);
+    case ReduceOp::kMax:
+      return isa::Dispatch<ReduceKernel<T, ReduceOp::kMax>>(dsts, m, srcs, n,
+                                                            count);
+    case ReduceOp::kMin:
+      return isa::Dispatch<ReduceKernel<T, ReduceOp::kMin>>(dsts, m, srcs, n,
+                                                            count);
+  }
 }
 
 }  // namespace
@@ -237,17 +258,10 @@ void ReduceNTo(DType dtype, ReduceOp op, void* const* dsts, int m,
     CopyToAll(dsts, m, srcs[0], count * SizeOf(dtype));
     return;
   }
-  const bool f32 = dtype == DType::kF32;
-  switch (op) {
-    case ReduceOp::kSum:
-      return f32 ? ReduceF32Sum(dsts, m, srcs, n, count)
-                 : ReduceBf16Sum(dsts, m, srcs, n, count);
-    case ReduceOp::kMax:
-      return f32 ? ReduceF32Max(dsts, m, srcs, n, count)
-                 : ReduceBf16Max(dsts, m, srcs, n, count);
-    case ReduceOp::kMin:
-      return f32 ? ReduceF32Min(dsts, m, srcs, n, count)
-                 : ReduceBf16Min(dsts, m, srcs, n, count);
+  if (dtype == DType::kF32) {
+    Reduce<float>(op, dsts, m, srcs, n, count);
+  } else {
+    Reduce<uint16_t>(op, dsts, m, srcs, n, count);
   }
 }
 

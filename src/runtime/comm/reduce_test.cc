@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/bf16.h"
+#include "common/isa_testing.h"
 
 namespace multislice::comm {
 namespace {
@@ -108,14 +109,15 @@ long FirstMismatch(const char* a, const char* b, size_t count, size_t es) {
   return -1;
 }
 
-using Param = std::tuple<DType, ReduceOp, size_t /*count*/, int /*n*/>;
+using Param = std::tuple<Isa, DType, ReduceOp, size_t /*count*/, int /*n*/>;
 
 class ReduceNToTest : public ::testing::TestWithParam<Param> {};
 
 // Every destination of ReduceNTo, including one that is not 64-byte aligned
 // (the streaming path's unaligned head), receives the reference result.
 TEST_P(ReduceNToTest, MatchesReferenceForEveryDestination) {
-  const auto [dtype, op, count, n] = GetParam();
+  const auto [isa, dtype, op, count, n] = GetParam();
+  ScopedIsaCap cap(isa);
   const size_t es = SizeOf(dtype);
   std::vector<std::vector<char>> srcs;
   for (int s = 0; s < n; ++s) srcs.push_back(RandomArray(dtype, count, s + 1));
@@ -143,7 +145,8 @@ TEST_P(ReduceNToTest, MatchesReferenceForEveryDestination) {
 
 // ReduceN writes over its first and its last source (exact aliasing).
 TEST_P(ReduceNToTest, InPlaceOverASource) {
-  const auto [dtype, op, count, n] = GetParam();
+  const auto [isa, dtype, op, count, n] = GetParam();
+  ScopedIsaCap cap(isa);
   const size_t es = SizeOf(dtype);
   for (int target : {0, n - 1}) {
     std::vector<std::vector<char>> srcs;
@@ -160,20 +163,21 @@ TEST_P(ReduceNToTest, InPlaceOverASource) {
 }
 
 std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
-  const auto [dtype, op, count, n] = info.param;
-  return std::string(dtype == DType::kF32 ? "f32" : "bf16") + "_" +
+  const auto [isa, dtype, op, count, n] = info.param;
+  return IsaTestName(isa) + "_" +
+         std::string(dtype == DType::kF32 ? "f32" : "bf16") + "_" +
          std::string(Name(op)) + "_count" + std::to_string(count) + "_n" +
          std::to_string(n);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     AllCases, ReduceNToTest,
-    ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
-                       ::testing::Values(ReduceOp::kSum, ReduceOp::kMax,
-                                         ReduceOp::kMin),
-                       ::testing::Values(size_t{1}, size_t{7}, size_t{1000},
-                                         size_t{4099}, size_t{1000003}),
-                       ::testing::Values(1, 2, 3, 4, 5)),
+    ::testing::Combine(
+        ::testing::ValuesIn(RunnableIsaLevels()),
+        ::testing::Values(DType::kF32, DType::kBF16),
+        ::testing::Values(ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin),
+        ::testing::Values(size_t{1}, size_t{7}, size_t{4099}, size_t{1000003}),
+        ::testing::Values(1, 2, 3, 5)),
     ParamName);
 
 TEST(Reduce2Test, MatchesReduceN) {
