@@ -22,10 +22,12 @@ struct AdamWOptions {
 
 // One AdamW step over n parameters, in place on params, m and v (the first
 // and second moments, zero before step 1). step is 1-based (it sets the bias
-// corrections 1 - beta^step). With g = grads[i] * grad_scale,
-// m = beta1 m + (1 - beta1) g, v = beta2 v + (1 - beta2) g g,
-// mhat = m / (1 - beta1^step) and vhat = v / (1 - beta2^step):
-//   p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p)
+// corrections c1 = 1 - beta1^step and c2 = 1 - beta2^step). With
+// g = grads[i] * grad_scale, m = beta1 m + (1 - beta1) g,
+// v = beta2 v + (1 - beta2) g g:
+//   p -= lr * ((m * (1/c1)) / (sqrt(v) * (1/sqrt(c2)) + eps) + wd * p)
+// (mhat / (sqrt(vhat) + eps) with mhat = m / c1, vhat = v / c2; the
+// reciprocals are computed in double and rounded to f32 once per step)
 // where wd = weight_decay if decay_mask is null or decay_mask[i] != 0, else 0.
 // Every ISA level gives exactly the values of the plain scalar loop of these
 // formulas in f32 (each product and sum rounded separately, correctly rounded

@@ -78,16 +78,18 @@ TEST(AdamWTest, ThreeStepsMatchScalarReferenceWithAndWithoutMask) {
 // them).
 void ScalarLoop(float* p, const float* grads, float* m, float* v, int n,
                 const AdamWOptions& o, int t, const uint8_t* mask) {
-  const float c1 = static_cast<float>(1.0 - std::pow(double{o.beta1}, t));
-  const float c2 = static_cast<float>(1.0 - std::pow(double{o.beta2}, t));
+  const float inv_c1 =
+      static_cast<float>(1.0 / (1.0 - std::pow(double{o.beta1}, t)));
+  const float inv_sqrt_c2 =
+      static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(double{o.beta2}, t)));
   for (int i = 0; i < n; ++i) {
     const float g = grads[i] * o.grad_scale;
     m[i] = o.beta1 * m[i] + (1.0f - o.beta1) * g;
     v[i] = o.beta2 * v[i] + (1.0f - o.beta2) * g * g;
-    const float m_hat = m[i] / c1;
-    const float v_hat = v[i] / c2;
+    const float m_hat = m[i] * inv_c1;
+    const float denom = std::sqrt(v[i]) * inv_sqrt_c2 + o.eps;
     const float wd = mask == nullptr || mask[i] != 0 ? o.weight_decay : 0.0f;
-    p[i] -= o.lr * (m_hat / (std::sqrt(v_hat) + o.eps) + wd * p[i]);
+    p[i] -= o.lr * (m_hat / denom + wd * p[i]);
   }
 }
 

@@ -1,7 +1,8 @@
 // Matrix multiplication on one device (the CPU backend: oneDNN's kernels for
 // the CPU's ISA, chosen at run time within MULTISLICE_MAX_ISA).
 //
-// C[m, n] = alpha * op(A)[m, k] @ op(B)[k, n] + beta * C, row-major, where
+// C[m, n] = alpha * (op(A)[m, k] @ op(B)[k, n] + bias) + beta * C, row-major,
+// where
 // op(X) is X or its transpose (a transposed operand is read in place through
 // its strides: no copy). Leading dimensions are in elements and default to
 // the dense row-major ones. A and B share a dtype (f32 or bf16); C is f32 or
@@ -51,6 +52,7 @@ struct GemmDesc {
   float beta = 0.0f;  // 0: overwrite C (its old contents are never read);
                       // 1: accumulate into C; any other finite value scales
   bool sigmoid = false;
+  bool bias = false;  // add Gemm's bias vector (n f32 values) to every row
 };
 
 // Runs one matmul. kInvalidArgument (naming the GemmDesc field) for
@@ -58,7 +60,10 @@ struct GemmDesc {
 // non-finite alpha or beta, or a null pointer; kInternal when oneDNN cannot
 // create the primitive (the message says why); kFailedPrecondition when the
 // native bf16 route is forced on a CPU without it. Blocks until C is written.
-Status Gemm(const GemmDesc& desc, const void* a, const void* b, void* c);
+// `bias` (n f32 values, added to every row of the product) is read when
+// desc.bias is set and must then be non-null.
+Status Gemm(const GemmDesc& desc, const void* a, const void* b, void* c,
+            const float* bias = nullptr);
 
 // How Gemm runs bf16 operands.
 enum class Bf16Route {

@@ -108,12 +108,15 @@ void CheckGemm(const GemmDesc& desc, bool padded, uint32_t seed) {
       for (int64_t j = 0; j < desc.n; ++j) c.Set(i, j, kNan);
     }
   }
+  std::vector<float> bias(desc.n);
+  std::uniform_real_distribution<float> bias_dist(-2.0f, 2.0f);
+  for (float& v : bias) v = bias_dist(rng);
   GemmDesc run = desc;
   run.lda = padded ? lda : 0;
   run.ldb = padded ? ldb : 0;
   run.ldc = padded ? ldc : 0;
-  Status status =
-      Gemm(run, a.storage.data(), b.storage.data(), c.storage.data());
+  Status status = Gemm(run, a.storage.data(), b.storage.data(),
+                       c.storage.data(), desc.bias ? bias.data() : nullptr);
   ASSERT_TRUE(status.ok()) << status.message();
   int bad = 0;
   for (int64_t i = 0; i < desc.m; ++i) {
@@ -125,11 +128,13 @@ void CheckGemm(const GemmDesc& desc, bool padded, uint32_t seed) {
         sum += av * bv;
         abs_sum += std::fabs(av * bv);
       }
+      const double b_j = desc.bias ? bias[j] : 0.0;
       double old_c = desc.beta == 0.0f ? 0.0 : c.At(i, j);
-      double z = desc.alpha * sum + desc.beta * old_c;
-      double bound = 1e-5 * (std::fabs(desc.alpha) * abs_sum +
-                             std::fabs(desc.beta * old_c)) +
-                     1e-30;
+      double z = desc.alpha * (sum + b_j) + desc.beta * old_c;
+      double bound =
+          1e-5 * (std::fabs(desc.alpha) * (abs_sum + std::fabs(b_j)) +
+                  std::fabs(desc.beta * old_c)) +
+          1e-30;
       double expected = z;
       if (desc.sigmoid) {
         expected = Sigmoid(z);
@@ -377,6 +382,40 @@ TEST(GemmTest, RejectsBadDescriptions) {
   d.ldc = 7;
   std::vector<float> buf(1024);
   EXPECT_TRUE(Gemm(d, buf.data(), buf.data(), buf.data()).ok());
+}
+
+// The bias vector is added to every row, before alpha, on every route and
+// type, with beta and the sigmoid.
+TEST(GemmTest, BiasIsAddedToEveryRowBeforeAlpha) {
+  uint32_t seed = 40;
+  for (Bf16Route route : RunnableRoutes()) {
+    ScopedRoute forced(route);
+    for (DType ab : {DType::kF32, DType::kBF16}) {
+      for (DType c : {DType::kF32, DType::kBF16}) {
+        for (bool tb : {false, true}) {
+          GemmDesc desc;
+          desc.m = 33;
+          desc.n = 65;
+          desc.k = 17;
+          desc.transpose_b = tb;
+          desc.ab_type = ab;
+          desc.c_type = c;
+          desc.bias = true;
+          desc.alpha = -0.75f;
+          desc.beta = tb ? 1.0f : 0.0f;
+          desc.sigmoid = tb;
+          CheckGemm(desc, tb, seed++);
+        }
+      }
+    }
+  }
+  GemmDesc desc;
+  desc.m = desc.n = desc.k = 4;
+  desc.bias = true;
+  std::vector<float> buf(64);
+  Status s = Gemm(desc, buf.data(), buf.data(), buf.data(), nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("bias"), std::string::npos) << s.message();
 }
 
 // A larger A than one 8 MiB f32 panel (1100 rows of k = 2048: two panels,

@@ -72,13 +72,16 @@ class GptModel::Matmul {
   }
 
   // C[m,n] (beta 0: =, beta 1: +=) op(A)[m,k] @ op(B)[k,n], dense operands.
-  Status Run(compute::GemmDesc desc, Operand a, Operand b, float* c) {
+  Status Run(compute::GemmDesc desc, Operand a, Operand b, float* c,
+             const float* bias = nullptr) {
     desc.c_type = DType::kF32;
     desc.ab_type = ab_type_;
-    if (ab_type_ == DType::kF32) return compute::Gemm(desc, a.f32, b.f32, c);
+    if (ab_type_ == DType::kF32) {
+      return compute::Gemm(desc, a.f32, b.f32, c, bias);
+    }
     if (a.bf16 == nullptr) a = Prepare(a.f32, desc.m * desc.k, a16_);
     if (b.bf16 == nullptr) b = Prepare(b.f32, desc.k * desc.n, b16_);
-    return compute::Gemm(desc, a.bf16, b.bf16, c);
+    return compute::Gemm(desc, a.bf16, b.bf16, c, bias);
   }
 
   // out[N,OC] = inp[N,IC] @ weight[IC,OC] (+ bias).
@@ -88,9 +91,8 @@ class GptModel::Matmul {
     desc.m = N;
     desc.n = OC;
     desc.k = IC;
-    RETURN_IF_ERROR(Run(desc, inp, weight, out));
-    if (bias != nullptr) ops::BiasForward(out, bias, N, static_cast<int>(OC));
-    return OkStatus();
+    desc.bias = bias != nullptr;  // added by the matmul's epilogue
+    return Run(desc, inp, weight, out, bias);
   }
 
   // dinp[N,IC] (dinp_beta 0: =, 1: +=) dout[N,OC] @ weight^T;

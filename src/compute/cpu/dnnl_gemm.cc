@@ -45,7 +45,8 @@ struct GemmKeyHash {
     mix(key.ldb);
     mix(key.ldc);
     mix((key.transpose_a ? 1u : 0u) | (key.transpose_b ? 2u : 0u) |
-        (key.sigmoid ? 4u : 0u) | (static_cast<unsigned>(key.ab_type) << 3) |
+        (key.sigmoid ? 4u : 0u) | (key.bias ? 128u : 0u) |
+        (static_cast<unsigned>(key.ab_type) << 3) |
         (static_cast<unsigned>(key.c_type) << 5));
     mix((static_cast<uint64_t>(key.alpha_bits) << 32) | key.beta_bits);
     return h;
@@ -56,7 +57,7 @@ struct GemmKeyHash {
 // data handles.
 struct CachedGemm {
   dnnl::matmul primitive;
-  memory a, b, c, scratchpad;
+  memory a, b, c, bias, scratchpad;
   size_t scratchpad_bytes = 0;
 };
 
@@ -130,6 +131,13 @@ dnnl::matmul::primitive_desc MakePrimitiveDesc(const GemmKey& key,
     ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_logistic, 0.0f, 0.0f);
   }
   attr.set_post_ops(ops);
+  if (key.bias) {
+    // One row of n values, broadcast over the m rows.
+    memory::desc bias_md({1, key.n}, memory::data_type::f32,
+                         memory::dims{key.n, 1});
+    return dnnl::matmul::primitive_desc(
+        dnnl::matmul::desc(a_md, b_md, bias_md, c_md), attr, engine);
+  }
   return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md),
                                       attr, engine);
 }
@@ -144,6 +152,9 @@ Result<CachedGemm*> Lookup(ThreadState& state, const GemmKey& key) {
     entry.a = memory(pd.src_desc(), state.engine, nullptr);
     entry.b = memory(pd.weights_desc(), state.engine, nullptr);
     entry.c = memory(pd.dst_desc(), state.engine, nullptr);
+    if (key.bias) {
+      entry.bias = memory(pd.bias_desc(), state.engine, nullptr);
+    }
     entry.scratchpad = memory(pd.scratchpad_desc(), state.engine, nullptr);
     entry.scratchpad_bytes = pd.scratchpad_desc().get_size();
     return &state.cache.emplace(key, std::move(entry)).first->second;
@@ -226,6 +237,7 @@ Status MakeKey(const GemmDesc& d, GemmKey* key) {
   key->transpose_a = d.transpose_a;
   key->transpose_b = d.transpose_b;
   key->sigmoid = d.sigmoid;
+  key->bias = d.bias;
   key->ab_type = d.ab_type;
   key->c_type = d.c_type;
   key->alpha_bits = std::bit_cast<uint32_t>(d.alpha);
@@ -241,7 +253,8 @@ std::string Describe(const GemmKey& key) {
          std::string(Name(key.c_type));
 }
 
-Status RunDnnl(const GemmKey& key, const void* a, const void* b, void* c) {
+Status RunDnnl(const GemmKey& key, const void* a, const void* b, void* c,
+               const float* bias) {
   ThreadState& state = State();
   ASSIGN_OR_RETURN(CachedGemm * gemm, Lookup(state, key));
   void* scratchpad =
@@ -256,11 +269,16 @@ Status RunDnnl(const GemmKey& key, const void* a, const void* b, void* c) {
     gemm->b.set_data_handle(const_cast<void*>(b));
     gemm->c.set_data_handle(c);
     gemm->scratchpad.set_data_handle(scratchpad);
-    gemm->primitive.execute(state.stream,
-                            {{DNNL_ARG_SRC, gemm->a},
-                             {DNNL_ARG_WEIGHTS, gemm->b},
-                             {DNNL_ARG_DST, gemm->c},
-                             {DNNL_ARG_SCRATCHPAD, gemm->scratchpad}});
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC, gemm->a},
+        {DNNL_ARG_WEIGHTS, gemm->b},
+        {DNNL_ARG_DST, gemm->c},
+        {DNNL_ARG_SCRATCHPAD, gemm->scratchpad}};
+    if (key.bias) {
+      gemm->bias.set_data_handle(const_cast<float*>(bias));
+      args.emplace(DNNL_ARG_BIAS, gemm->bias);
+    }
+    gemm->primitive.execute(state.stream, args);
     state.stream.wait();
   } catch (const dnnl::error& e) {
     return Internal("oneDNN failed to run a " + Describe(key) + ": " +

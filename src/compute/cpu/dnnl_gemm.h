@@ -19,7 +19,7 @@ namespace multislice::compute::cpu {
 // primitive.
 struct GemmKey {
   int64_t m, n, k, lda, ldb, ldc;
-  bool transpose_a, transpose_b, sigmoid;
+  bool transpose_a, transpose_b, sigmoid, bias;
   DType ab_type, c_type;
   uint32_t alpha_bits, beta_bits;  // beta_bits == 0: overwrite C
 
@@ -33,9 +33,11 @@ Status MakeKey(const GemmDesc& desc, GemmKey* key);
 std::string Describe(const GemmKey& key);
 
 // Runs `key` through oneDNN's matmul primitive on the calling thread: the
-// operands in the key's types as they are. kInternal when oneDNN cannot
-// create or run it. The first call on a thread makes it single-threaded.
-Status RunDnnl(const GemmKey& key, const void* a, const void* b, void* c);
+// operands in the key's types as they are (bias: n f32 values when
+// key.bias). kInternal when oneDNN cannot create or run it. The first call
+// on a thread makes it single-threaded.
+Status RunDnnl(const GemmKey& key, const void* a, const void* b, void* c,
+               const float* bias);
 
 // oneDNN's implementation of `key`, e.g. "brg:avx512_core_amx_bf16".
 Result<std::string> DnnlImplName(const GemmKey& key);

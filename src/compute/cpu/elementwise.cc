@@ -33,7 +33,6 @@ using vec::I16;
 using vec::Splat;
 using vec::U16;
 typedef float F8 __attribute__((vector_size(32)));
-typedef double D8 __attribute__((vector_size(64)));
 
 #define MS_INLINE [[gnu::always_inline]] inline
 
@@ -51,21 +50,12 @@ MS_INLINE F16 Load(const void* p, size_t i) {
   }
 }
 
-// f32 -> bf16 bits, round to nearest even, NaN kept a (quiet) NaN.
-MS_INLINE H16 RoundToBf16(const F16& v) {
-  U16 u = reinterpret_cast<U16>(v);
-  U16 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  U16 nan = (u >> 16) | 0x40u;
-  return __builtin_convertvector(
-      (u & 0x7fffffffu) > 0x7f800000u ? nan : rounded, H16);
-}
-
-template <DType T>
-MS_INLINE void Store(void* p, size_t i, const F16& v) {
+template <DType T, typename Tag>
+MS_INLINE void Store(Tag tag, void* p, size_t i, const F16& v) {
   if constexpr (T == DType::kF32) {
     std::memcpy(static_cast<float*>(p) + i, &v, sizeof(v));
   } else {
-    H16 h = RoundToBf16(v);
+    H16 h = vec::RoundToBf16(tag, v);
     std::memcpy(static_cast<uint16_t*>(p) + i, &h, sizeof(h));
   }
 }
@@ -82,78 +72,83 @@ struct Tail {
   Tail() = default;
 };
 
-template <DType X, DType Y, typename F>
-MS_INLINE void Map1(const void* x, void* y, size_t n, F f) {
+template <DType X, DType Y, typename Tag, typename F>
+MS_INLINE void Map1(Tag tag, const void* x, void* y, size_t n, F f) {
   size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) Store<Y>(y, i, f(Load<X>(x, i)));
+  for (; i + kLanes <= n; i += kLanes) {
+    Store<Y>(tag, y, i, f(tag, Load<X>(x, i)));
+  }
   if (i < n) {
     Tail<X> tx(x, i, n - i);
     Tail<Y> ty;
-    Store<Y>(ty.bytes, 0, f(Load<X>(tx.bytes, 0)));
+    Store<Y>(tag, ty.bytes, 0, f(tag, Load<X>(tx.bytes, 0)));
     std::memcpy(static_cast<unsigned char*>(y) + i * SizeOf(Y), ty.bytes,
                 (n - i) * SizeOf(Y));
   }
 }
 
-template <DType X0, DType X1, DType Y, typename F>
-MS_INLINE void Map2(const void* x0, const void* x1, void* y, size_t n, F f) {
+template <DType X0, DType X1, DType Y, typename Tag, typename F>
+MS_INLINE void Map2(Tag tag, const void* x0, const void* x1, void* y, size_t n,
+                    F f) {
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    Store<Y>(y, i, f(Load<X0>(x0, i), Load<X1>(x1, i)));
+    Store<Y>(tag, y, i, f(tag, Load<X0>(x0, i), Load<X1>(x1, i)));
   }
   if (i < n) {
     Tail<X0> t0(x0, i, n - i);
     Tail<X1> t1(x1, i, n - i);
     Tail<Y> ty;
-    Store<Y>(ty.bytes, 0, f(Load<X0>(t0.bytes, 0), Load<X1>(t1.bytes, 0)));
+    Store<Y>(tag, ty.bytes, 0,
+             f(tag, Load<X0>(t0.bytes, 0), Load<X1>(t1.bytes, 0)));
     std::memcpy(static_cast<unsigned char*>(y) + i * SizeOf(Y), ty.bytes,
                 (n - i) * SizeOf(Y));
   }
 }
 
 struct SigmoidOp {
-  MS_INLINE F16 operator()(const F16& x) const {
+  MS_INLINE F16 operator()(auto tag, const F16& x) const {
     F16 ax = reinterpret_cast<F16>(reinterpret_cast<U16>(x) & 0x7fffffffu);
-    ax = ax < 104.0f ? ax : Splat(104.0f);  // also maps NaN to 104
+    ax = vec::Min(tag, ax, Splat(104.0f));  // also maps NaN to 104
     F16 t = vec::ExpNonPositive(-ax);       // exp(-|x|) in (0, 1]
     // 1 / (1 + e^-x) for x >= 0; e^x / (1 + e^x) for x < 0, so that nothing
     // overflows and small results keep their relative accuracy.
-    F16 y = (x >= 0.0f ? Splat(1.0f) : t) / (1.0f + t);
-    return x == x ? y : x;
+    F16 y = vec::Select(tag, vec::GreaterEq(tag, x, F16{}), Splat(1.0f), t) /
+            (1.0f + t);
+    return vec::Select(tag, vec::Equal(tag, x, x), y, x);
   }
 };
 
 struct SigmoidGradOp {
-  MS_INLINE F16 operator()(const F16& dy, const F16& y) const {
+  MS_INLINE F16 operator()(auto, const F16& dy, const F16& y) const {
     return dy * (y * (1.0f - y));
   }
 };
 
 struct SgdOp {
   float lr;
-  MS_INLINE F16 operator()(const F16& p, const F16& g) const {
+  MS_INLINE F16 operator()(auto, const F16& p, const F16& g) const {
     return p - lr * g;
   }
 };
 
 struct IdentityOp {
-  MS_INLINE F16 operator()(const F16& x) const { return x; }
+  MS_INLINE F16 operator()(auto, const F16& x) const { return x; }
 };
 
 // The kernels of isa_dispatch.h: Map1 and Map2 with an op, and the sum.
 template <DType X, DType Y, typename Op>
 struct Map1Kernel {
-  MS_KERNEL void operator()(auto, const void* x, void* y, size_t n,
+  MS_KERNEL void operator()(auto tag, const void* x, void* y, size_t n,
                             Op op) const {
-    Map1<X, Y>(x, y, n, op);
+    Map1<X, Y>(tag, x, y, n, op);
   }
 };
 
 template <DType X0, DType X1, DType Y, typename Op>
 struct Map2Kernel {
-  MS_KERNEL void operator()(auto, const void* x0, const void* x1, void* y,
+  MS_KERNEL void operator()(auto tag, const void* x0, const void* x1, void* y,
                             size_t n, Op op) const {
-    Map2<X0, X1, Y>(x0, x1, y, n, op);
+    Map2<X0, X1, Y>(tag, x0, x1, y, n, op);
   }
 };
 
@@ -162,14 +157,13 @@ struct Map2Kernel {
 // on every ISA and every call.
 template <DType T>
 MS_INLINE double SumImpl(const void* x, size_t n) {
-  D8 lo = {}, hi = {};
-  auto add = [&lo, &hi](const F16& v) {
-    F8 v_lo, v_hi;
-    std::memcpy(&v_lo, &v, sizeof(v_lo));
-    std::memcpy(&v_hi, reinterpret_cast<const char*>(&v) + sizeof(v_lo),
-                sizeof(v_hi));
-    lo += __builtin_convertvector(v_lo, D8);
-    hi += __builtin_convertvector(v_hi, D8);
+  // A plain array GCC vectorises at each level's width (loop-carried 64-byte
+  // vectors of doubles would go through memory on AVX2).
+  double acc[kLanes] = {};
+  auto add = [&acc](const F16& v) {
+    float lanes[kLanes];
+    std::memcpy(lanes, &v, sizeof(lanes));
+    for (size_t j = 0; j < kLanes; ++j) acc[j] += lanes[j];
   };
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) add(Load<T>(x, i));
@@ -177,11 +171,8 @@ MS_INLINE double SumImpl(const void* x, size_t n) {
     Tail<T> tail(x, i, n - i);
     add(Load<T>(tail.bytes, 0));
   }
-  double lanes[kLanes];
-  std::memcpy(lanes, &lo, sizeof(lo));
-  std::memcpy(lanes + kLanes / 2, &hi, sizeof(hi));
   double sum = 0;
-  for (double lane : lanes) sum += lane;
+  for (double lane : acc) sum += lane;
   return sum;
 }
 

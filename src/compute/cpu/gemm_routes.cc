@@ -72,8 +72,8 @@ Status WithF32Rows(const GemmKey& key, void* c, int64_t row0, int64_t rows,
 
 }  // namespace
 
-Status RunBf16ViaF32(const GemmKey& key, const void* a, const void* b,
-                     void* c) {
+Status RunBf16ViaF32(const GemmKey& key, const void* a, const void* b, void* c,
+                     const float* bias) {
   // B, whole, keeping its stored orientation.
   const int64_t b_rows = key.transpose_b ? key.n : key.k;
   const int64_t b_cols = key.transpose_b ? key.k : key.n;
@@ -109,18 +109,19 @@ Status RunBf16ViaF32(const GemmKey& key, const void* a, const void* b,
     RETURN_IF_ERROR(
         WithF32Rows(key, c, row0, rows, [&](float* c32, int64_t ldc) {
           panel.ldc = ldc;
-          return RunDnnl(panel, a32, b32, c32);
+          return RunDnnl(panel, a32, b32, c32, bias);
         }));
   }
   return OkStatus();
 }
 
-Status RunF32ToBf16(const GemmKey& key, const void* a, const void* b, void* c) {
+Status RunF32ToBf16(const GemmKey& key, const void* a, const void* b, void* c,
+                    const float* bias) {
   return WithF32Rows(key, c, 0, key.m, [&](float* c32, int64_t ldc) {
     GemmKey f32 = key;
     f32.c_type = DType::kF32;
     f32.ldc = ldc;
-    return RunDnnl(f32, a, b, c32);
+    return RunDnnl(f32, a, b, c32, bias);
   });
 }
 

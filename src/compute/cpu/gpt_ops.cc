@@ -24,6 +24,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -72,130 +73,154 @@ MS_INLINE void StorePart(float* p, const F16& v, int n) {
 }
 // The first n (<= 16) lanes rounded to bf16 (nearest even, NaN kept a quiet
 // NaN: exactly compute::Convert).
-MS_INLINE void StoreBf16(std::uint16_t* p, const F16& v, int n) {
-  const U16 u = reinterpret_cast<U16>(v);
-  const U16 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const U16 nan = (u >> 16) | 0x40u;
-  const H16 h = __builtin_convertvector(
-      (u & 0x7fffffffu) > 0x7f800000u ? nan : rounded, H16);
+template <typename Tag>
+MS_INLINE void StoreBf16(Tag tag, std::uint16_t* p, const F16& v, int n) {
+  const H16 h = vec::RoundToBf16(tag, v);
   std::memcpy(p, &h, static_cast<size_t>(n) * sizeof(std::uint16_t));
 }
 // Lanes [0, n) true.
-MS_INLINE I16 LaneMask(int n) {
+template <typename Tag>
+MS_INLINE I16 LaneMask(Tag tag, int n) {
   const I16 iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-  return iota < n;
+  return vec::Less(tag, iota, I16{} + n);
 }
+// Pairwise, in a fixed order: lanes i and i + 8, then i and i + 4, then
+// (0 + 2) + (1 + 3). Through half-width vectors and a copy, never by
+// indexing the 64-byte vector: GCC keeps a 64-byte vector whose lanes are
+// indexed in memory on AVX2, moved through general registers on every use
+// of the loop that built it (LayerNorm ran at 1.5 ns an element).
 MS_INLINE float HSum(const F16& v) {
-  // Pairwise, in a fixed order.
-  float s[8];
-  for (int i = 0; i < 8; ++i) s[i] = v[i] + v[i + 8];
-  for (int i = 0; i < 4; ++i) s[i] += s[i + 4];
+  typedef float F8 __attribute__((vector_size(32)));
+  typedef float F4 __attribute__((vector_size(16)));
+  F8 halves[2];
+  std::memcpy(halves, &v, sizeof(v));
+  const F8 s8 = halves[0] + halves[1];
+  F4 quarters[2];
+  std::memcpy(quarters, &s8, sizeof(s8));
+  const F4 s4 = quarters[0] + quarters[1];
+  float s[4];
+  std::memcpy(s, &s4, sizeof(s4));
   return (s[0] + s[2]) + (s[1] + s[3]);
 }
 MS_INLINE float HMax(const F16& v) {
-  float m = v[0];
-  for (int i = 1; i < kLanes; ++i) m = v[i] > m ? v[i] : m;
+  float lanes[kLanes];
+  std::memcpy(lanes, &v, sizeof(v));
+  float m = lanes[0];
+  for (int i = 1; i < kLanes; ++i) m = lanes[i] > m ? lanes[i] : m;
   return m;
 }
-MS_INLINE F16 Max(const F16& a, const F16& b) { return a > b ? a : b; }
-
 // exp(a) for a <= 0; below -104 the result underflows to 0 anyway, so a is
-// clamped there (-inf gives 0).
-MS_INLINE F16 ExpNonPositive(F16 a) {
-  a = a > -104.0f ? a : Splat(-104.0f);
+// clamped there (-inf and NaN give 0).
+template <typename Tag>
+MS_INLINE F16 ExpNonPositive(Tag tag, F16 a) {
+  a = vec::Max(tag, a, Splat(-104.0f));
   return compute::vec::ExpNonPositive(a);
 }
 
 // s = sigmoid(z) and 1 - s, each without cancellation.
-MS_INLINE void Sigmoid(const F16& z, F16& s, F16& one_minus_s) {
+template <typename Tag>
+MS_INLINE void Sigmoid(Tag tag, const F16& z, F16& s, F16& one_minus_s) {
   F16 az = reinterpret_cast<F16>(reinterpret_cast<U16>(z) & 0x7fffffffu);
-  az = az < 104.0f ? az : Splat(104.0f);  // also maps NaN to 104
-  const F16 t = ExpNonPositive(-az);      // exp(-|z|) in (0, 1]
+  az = vec::Min(tag, az, Splat(104.0f));   // also maps NaN to 104
+  const F16 t = ExpNonPositive(tag, -az);  // exp(-|z|) in (0, 1]
   const F16 inv = 1.0f / (1.0f + t);
-  const auto positive = z >= 0.0f;
-  s = (positive ? Splat(1.0f) : t) * inv;
-  one_minus_s = (positive ? t : Splat(1.0f)) * inv;
+  const I16 positive = vec::GreaterEq(tag, z, F16{});
+  s = vec::Select(tag, positive, Splat(1.0f), t) * inv;
+  one_minus_s = vec::Select(tag, positive, t, Splat(1.0f)) * inv;
 }
 
 // ---- element-wise kernels -------------------------------------------------
 
-struct GeluFwd {
-  MS_INLINE F16 operator()(const F16& x) const {
-    const F16 z = (2.0f * kGeluScale) * (x + kGeluCubic * x * x * x);
-    F16 s, oms;
-    Sigmoid(z, s, oms);
-    return x * s;
-  }
-};
+template <typename Tag>
+MS_INLINE F16 Gelu(Tag tag, const F16& x) {
+  const F16 z = (2.0f * kGeluScale) * (x + kGeluCubic * x * x * x);
+  F16 s, oms;
+  Sigmoid(tag, z, s, oms);
+  return x * s;
+}
 
 struct GeluForwardKernel {
-  MS_KERNEL void operator()(auto, float* out, const float* inp,
+  MS_KERNEL void operator()(auto tag, float* out, const float* inp,
                             std::int64_t n) const {
     std::int64_t i = 0;
-    for (; i + kLanes <= n; i += kLanes)
-      Store(out + i, GeluFwd{}(Load(inp + i)));
+    for (; i + kLanes <= n; i += kLanes) {
+      Store(out + i, Gelu(tag, Load(inp + i)));
+    }
     if (i < n) {
       const int rest = static_cast<int>(n - i);
-      StorePart(out + i, GeluFwd{}(LoadPart(inp + i, rest)), rest);
+      StorePart(out + i, Gelu(tag, LoadPart(inp + i, rest)), rest);
     }
   }
 };
 
-MS_INLINE F16 GeluGrad(const F16& x) {
+template <typename Tag>
+MS_INLINE F16 GeluGrad(Tag tag, const F16& x) {
   const F16 z = (2.0f * kGeluScale) * (x + kGeluCubic * x * x * x);
   F16 s, oms;
-  Sigmoid(z, s, oms);
+  Sigmoid(tag, z, s, oms);
   const F16 dz_dx = (2.0f * kGeluScale) * (1.0f + (3.0f * kGeluCubic) * x * x);
   const F16 tail = (x * s) * (oms * dz_dx);
   // Where the sigmoid saturates (|z| >= 104, so |x| > 13) the second term is
   // below 1e-40 of the first; dropping it there keeps huge x finite (x * 0
   // still propagates a NaN x).
   const F16 az = reinterpret_cast<F16>(reinterpret_cast<U16>(z) & 0x7fffffffu);
-  return s + (az < 104.0f ? tail : x * 0.0f);
+  return s +
+         vec::Select(tag, vec::Less(tag, az, Splat(104.0f)), tail, x * 0.0f);
 }
 
 struct GeluBackwardKernel {
-  MS_KERNEL void operator()(auto, float* dinp, const float* inp,
+  MS_KERNEL void operator()(auto tag, float* dinp, const float* inp,
                             const float* dout, std::int64_t n) const {
     std::int64_t i = 0;
     for (; i + kLanes <= n; i += kLanes) {
       Store(dinp + i,
-            Load(dinp + i) + GeluGrad(Load(inp + i)) * Load(dout + i));
+            Load(dinp + i) + GeluGrad(tag, Load(inp + i)) * Load(dout + i));
     }
     if (i < n) {
       const int rest = static_cast<int>(n - i);
       const F16 g =
-          GeluGrad(LoadPart(inp + i, rest)) * LoadPart(dout + i, rest);
+          GeluGrad(tag, LoadPart(inp + i, rest)) * LoadPart(dout + i, rest);
       StorePart(dinp + i, LoadPart(dinp + i, rest) + g, rest);
     }
   }
 };
 
+// (Full blocks and the tail apart: a store of a variable length is a call
+// to memcpy.)
 struct GeluForwardBf16Kernel {
-  MS_KERNEL void operator()(auto, float* out, std::uint16_t* out16,
+  MS_KERNEL void operator()(auto tag, float* out, std::uint16_t* out16,
                             const float* inp, std::int64_t n) const {
-    for (std::int64_t i = 0; i < n; i += kLanes) {
-      const int rest = n - i < kLanes ? static_cast<int>(n - i) : kLanes;
-      const F16 x = rest == kLanes ? Load(inp + i) : LoadPart(inp + i, rest);
-      const F16 y = GeluFwd{}(x);
+    std::int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      const F16 y = Gelu(tag, Load(inp + i));
+      if (out != nullptr) Store(out + i, y);
+      StoreBf16(tag, out16 + i, y, kLanes);
+    }
+    if (i < n) {
+      const int rest = static_cast<int>(n - i);
+      const F16 y = Gelu(tag, LoadPart(inp + i, rest));
       if (out != nullptr) StorePart(out + i, y, rest);
-      StoreBf16(out16 + i, y, rest);
+      StoreBf16(tag, out16 + i, y, rest);
     }
   }
 };
 
 struct GeluBackwardBf16Kernel {
-  MS_KERNEL void operator()(auto, float* dinp, std::uint16_t* dinp16,
+  MS_KERNEL void operator()(auto tag, float* dinp, std::uint16_t* dinp16,
                             const float* inp, const float* dout,
                             std::int64_t n) const {
-    for (std::int64_t i = 0; i < n; i += kLanes) {
-      const int rest = n - i < kLanes ? static_cast<int>(n - i) : kLanes;
-      const bool full = rest == kLanes;
-      const F16 x = full ? Load(inp + i) : LoadPart(inp + i, rest);
-      const F16 dy = full ? Load(dout + i) : LoadPart(dout + i, rest);
-      const F16 g = GeluGrad(x) * dy;
+    std::int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      const F16 g = GeluGrad(tag, Load(inp + i)) * Load(dout + i);
+      Store(dinp + i, g);
+      if (dinp16 != nullptr) StoreBf16(tag, dinp16 + i, g, kLanes);
+    }
+    if (i < n) {
+      const int rest = static_cast<int>(n - i);
+      const F16 g =
+          GeluGrad(tag, LoadPart(inp + i, rest)) * LoadPart(dout + i, rest);
       StorePart(dinp + i, g, rest);
-      if (dinp16 != nullptr) StoreBf16(dinp16 + i, g, rest);
+      if (dinp16 != nullptr) StoreBf16(tag, dinp16 + i, g, rest);
     }
   }
 };
@@ -291,30 +316,32 @@ struct EncoderBackwardKernel {
 // ---- layernorm -------------------------------------------------------------
 
 struct LayerNormForwardKernel {
-  MS_KERNEL void operator()(auto, float* out, float* mean, float* rstd,
+  MS_KERNEL void operator()(auto tag, float* out, float* mean, float* rstd,
                             const float* inp, const float* weight,
                             const float* bias, std::int64_t N, int C) const {
     const int full = C / kLanes * kLanes;
     const int rest = C - full;
-    const I16 tail = LaneMask(rest);
+    const I16 tail = LaneMask(tag, rest);
     for (std::int64_t r = 0; r < N; ++r) {
       const float* x = inp + r * C;
       float* y = out + r * C;
-      F16 acc = {};
-      for (int i = 0; i < full; i += kLanes) acc += Load(x + i);
-      if (rest) acc += LoadPart(x + full, rest);
-      const float mu = HSum(acc) / static_cast<float>(C);
-      acc = F16{};
+      vec::Carry16<decltype(tag)> sum;
+      for (int i = 0; i < full; i += kLanes) sum += Load(x + i);
+      if (rest) sum += LoadPart(x + full, rest);
+      const float mu = HSum(sum.Get()) / static_cast<float>(C);
+      vec::Carry16<decltype(tag)> squares;
       for (int i = 0; i < full; i += kLanes) {
         const F16 d = Load(x + i) - mu;
-        acc += d * d;
+        squares += d * d;
       }
       if (rest) {
-        const F16 d = tail ? LoadPart(x + full, rest) - mu : F16{};
-        acc += d * d;
+        const F16 d =
+            vec::Select(tag, tail, LoadPart(x + full, rest) - mu, F16{});
+        squares += d * d;
       }
       const float s =
-          1.0f / std::sqrt(HSum(acc) / static_cast<float>(C) + kLayerNormEps);
+          1.0f / std::sqrt(HSum(squares.Get()) / static_cast<float>(C) +
+                           kLayerNormEps);
       for (int i = 0; i < full; i += kLanes) {
         Store(y + i,
               (Load(x + i) - mu) * s * Load(weight + i) + Load(bias + i));
@@ -333,7 +360,7 @@ struct LayerNormForwardKernel {
 };
 
 struct LayerNormBackwardKernel {
-  MS_KERNEL void operator()(auto, float* dinp, float* dweight, float* dbias,
+  MS_KERNEL void operator()(auto tag, float* dinp, float* dweight, float* dbias,
                             const float* dout, const float* inp,
                             const float* weight, const float* mean,
                             const float* rstd, std::int64_t N, int C) const {
@@ -345,40 +372,40 @@ struct LayerNormBackwardKernel {
       const float s = rstd[r];
       // Two row averages that the input gradient needs. Padding lanes have
       // dy = 0, so g = 0 there.
-      F16 g_acc = {}, gx_acc = {};
+      vec::Carry16<decltype(tag)> g_acc, gx_acc;
       int i = 0;
-      for (; i < C; i += kLanes) {
-        const int n = C - i < kLanes ? C - i : kLanes;
-        const bool part = n < kLanes;
-        const F16 xv = part ? LoadPart(x + i, n) : Load(x + i);
-        const F16 dyv = part ? LoadPart(dy + i, n) : Load(dy + i);
-        const F16 wv = part ? LoadPart(weight + i, n) : Load(weight + i);
-        const F16 xhat = (xv - mu) * s;
-        const F16 g = dyv * wv;
+      for (; i + kLanes <= C; i += kLanes) {
+        const F16 xhat = (Load(x + i) - mu) * s;
+        const F16 g = Load(dy + i) * Load(weight + i);
         g_acc += g;
         gx_acc += g * xhat;
       }
-      const float g_avg = HSum(g_acc) / static_cast<float>(C);
-      const float g_xhat_avg = HSum(gx_acc) / static_cast<float>(C);
-      for (i = 0; i < C; i += kLanes) {
-        const int n = C - i < kLanes ? C - i : kLanes;
-        if (n == kLanes) {
-          const F16 xhat = (Load(x + i) - mu) * s;
-          const F16 dyv = Load(dy + i);
-          const F16 g = dyv * Load(weight + i);
-          Store(dbias + i, Load(dbias + i) + dyv);
-          Store(dweight + i, Load(dweight + i) + dyv * xhat);
-          Store(dx + i, Load(dx + i) + s * (g - g_avg - xhat * g_xhat_avg));
-        } else {
-          const F16 xhat = (LoadPart(x + i, n) - mu) * s;
-          const F16 dyv = LoadPart(dy + i, n);
-          const F16 g = dyv * LoadPart(weight + i, n);
-          StorePart(dbias + i, LoadPart(dbias + i, n) + dyv, n);
-          StorePart(dweight + i, LoadPart(dweight + i, n) + dyv * xhat, n);
-          StorePart(dx + i,
-                    LoadPart(dx + i, n) + s * (g - g_avg - xhat * g_xhat_avg),
-                    n);
-        }
+      if (i < C) {
+        const int n = C - i;
+        const F16 xhat = (LoadPart(x + i, n) - mu) * s;
+        const F16 g = LoadPart(dy + i, n) * LoadPart(weight + i, n);
+        g_acc += g;
+        gx_acc += g * xhat;
+      }
+      const float g_avg = HSum(g_acc.Get()) / static_cast<float>(C);
+      const float g_xhat_avg = HSum(gx_acc.Get()) / static_cast<float>(C);
+      for (i = 0; i + kLanes <= C; i += kLanes) {
+        const F16 xhat = (Load(x + i) - mu) * s;
+        const F16 dyv = Load(dy + i);
+        const F16 g = dyv * Load(weight + i);
+        Store(dbias + i, Load(dbias + i) + dyv);
+        Store(dweight + i, Load(dweight + i) + dyv * xhat);
+        Store(dx + i, Load(dx + i) + s * (g - g_avg - xhat * g_xhat_avg));
+      }
+      if (i < C) {
+        const int n = C - i;
+        const F16 xhat = (LoadPart(x + i, n) - mu) * s;
+        const F16 dyv = LoadPart(dy + i, n);
+        const F16 g = dyv * LoadPart(weight + i, n);
+        StorePart(dbias + i, LoadPart(dbias + i, n) + dyv, n);
+        StorePart(dweight + i, LoadPart(dweight + i, n) + dyv * xhat, n);
+        StorePart(dx + i,
+                  LoadPart(dx + i, n) + s * (g - g_avg - xhat * g_xhat_avg), n);
       }
     }
   }
@@ -388,27 +415,34 @@ struct LayerNormBackwardKernel {
 
 // In place over p[0, n): p = exp(p - max) / sum; returns the sum of
 // exp(p - max) and sets *row_max. p[n, len) is set to zero (len >= n >= 1).
-MS_INLINE float SoftmaxRow(float* p, int n, int len, float* row_max) {
+template <typename Tag>
+MS_INLINE float SoftmaxRow(Tag tag, float* p, int n, int len, float* row_max) {
   const int full = n / kLanes * kLanes;
   const int rest = n - full;
-  const I16 tail = LaneMask(rest);
+  const I16 tail = LaneMask(tag, rest);
   const F16 neg_inf = Splat(-INFINITY);
-  F16 m = neg_inf;
-  for (int i = 0; i < full; i += kLanes) m = Max(m, Load(p + i));
-  if (rest) m = Max(m, tail ? LoadPart(p + full, rest) : neg_inf);
-  const float mx = HMax(m);
-  F16 sum = {};
+  vec::Carry16<Tag> m(neg_inf);
   for (int i = 0; i < full; i += kLanes) {
-    const F16 e = ExpNonPositive(Load(p + i) - mx);
+    m.Set(vec::Max(tag, m.Get(), Load(p + i)));
+  }
+  if (rest) {
+    m.Set(vec::Max(tag, m.Get(),
+                   vec::Select(tag, tail, LoadPart(p + full, rest), neg_inf)));
+  }
+  const float mx = HMax(m.Get());
+  vec::Carry16<Tag> sum;
+  for (int i = 0; i < full; i += kLanes) {
+    const F16 e = ExpNonPositive(tag, Load(p + i) - mx);
     sum += e;
     Store(p + i, e);
   }
   F16 e_tail = {};
   if (rest) {
-    e_tail = tail ? ExpNonPositive(LoadPart(p + full, rest) - mx) : F16{};
+    e_tail = vec::Select(
+        tag, tail, ExpNonPositive(tag, LoadPart(p + full, rest) - mx), F16{});
     sum += e_tail;
   }
-  const float denom = HSum(sum);
+  const float denom = HSum(sum.Get());
   const float inv = 1.0f / denom;
   for (int i = 0; i < full; i += kLanes) Store(p + i, Load(p + i) * inv);
   if (rest) StorePart(p + full, e_tail * inv, rest);
@@ -421,23 +455,24 @@ MS_INLINE float SoftmaxRow(float* p, int n, int len, float* row_max) {
 // The causal softmax of a T x T score matrix (row stride T), in place: row t
 // over columns [0, t], the rest zeroed.
 // y[0, n) = bf16(x[0, n)).
-MS_INLINE void RowToBf16(std::uint16_t* y, const float* x, int n) {
-  for (int i = 0; i < n; i += kLanes) {
-    const int rest = n - i < kLanes ? n - i : kLanes;
-    StoreBf16(y + i, rest == kLanes ? Load(x + i) : LoadPart(x + i, rest),
-              rest);
-  }
+template <typename Tag>
+MS_INLINE void RowToBf16(Tag tag, std::uint16_t* y, const float* x, int n) {
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    StoreBf16(tag, y + i, Load(x + i), kLanes);
+  if (i < n) StoreBf16(tag, y + i, LoadPart(x + i, n - i), n - i);
 }
 
 // ... and its bf16 copy into s16 when non-null, row by row while the row is
 // in L1.
 struct CausalSoftmaxKernel {
-  MS_KERNEL void operator()(auto, float* s, int T, std::uint16_t* s16) const {
+  MS_KERNEL void operator()(auto tag, float* s, int T,
+                            std::uint16_t* s16) const {
     float mx;
     for (int t = 0; t < T; ++t) {
       const std::int64_t row = static_cast<std::int64_t>(t) * T;
-      SoftmaxRow(s + row, t + 1, T, &mx);
-      if (s16 != nullptr) RowToBf16(s16 + row, s + row, T);
+      SoftmaxRow(tag, s + row, t + 1, T, &mx);
+      if (s16 != nullptr) RowToBf16(tag, s16 + row, s + row, T);
     }
   }
 };
@@ -446,18 +481,18 @@ struct CausalSoftmaxKernel {
 // part; entries above the diagonal (where P = 0) become 0. With ds16, also
 // its bf16 copy.
 struct CausalSoftmaxBackwardKernel {
-  MS_KERNEL void operator()(auto, float* dp, const float* p, int T,
+  MS_KERNEL void operator()(auto tag, float* dp, const float* p, int T,
                             std::uint16_t* ds16) const {
     for (int t = 0; t < T; ++t) {
       float* d = dp + static_cast<std::int64_t>(t) * T;
       const float* a = p + static_cast<std::int64_t>(t) * T;
       const int n = t + 1;
-      F16 acc = {};
+      vec::Carry16<decltype(tag)> acc;
       int i = 0;
       for (; i + kLanes <= n; i += kLanes) acc += Load(d + i) * Load(a + i);
       const int rest = n - i;
       if (rest) acc += LoadPart(d + i, rest) * LoadPart(a + i, rest);
-      const float dot = HSum(acc);
+      const float dot = HSum(acc.Get());
       for (i = 0; i + kLanes <= n; i += kLanes) {
         Store(d + i, Load(a + i) * (Load(d + i) - dot));
       }
@@ -468,14 +503,14 @@ struct CausalSoftmaxBackwardKernel {
       if (T > n)
         std::memset(d + n, 0, static_cast<size_t>(T - n) * sizeof(float));
       if (ds16 != nullptr) {
-        RowToBf16(ds16 + static_cast<std::int64_t>(t) * T, d, T);
+        RowToBf16(tag, ds16 + static_cast<std::int64_t>(t) * T, d, T);
       }
     }
   }
 };
 
 struct CrossEntropyForwardKernel {
-  MS_KERNEL void operator()(auto, float* losses, float* probs,
+  MS_KERNEL void operator()(auto tag, float* losses, float* probs,
                             const float* logits, const std::int32_t* targets,
                             std::int64_t N, int V) const {
     for (std::int64_t r = 0; r < N; ++r) {
@@ -483,7 +518,7 @@ struct CrossEntropyForwardKernel {
       float* p = probs + r * V;
       std::memcpy(p, z, static_cast<size_t>(V) * sizeof(float));
       float max_logit;
-      const float denom = SoftmaxRow(p, V, V, &max_logit);
+      const float denom = SoftmaxRow(tag, p, V, V, &max_logit);
       // -log p[target] from the log-sum-exp form, so that a tiny probability
       // does not underflow to log(0).
       losses[r] = std::log(denom) - (z[targets[r]] - max_logit);
@@ -643,37 +678,56 @@ std::int64_t AttentionScratchSize(int B, int T, int C, DType matmul_type) {
   return TT + (N * 4 * C + 2 * TT + 1) / 2;
 }
 
+// The causal structure in the per-head matmuls: queries in blocks of
+// kCausalBlock rows, each against only the keys at or before its last row
+// (block [r0, r1) against keys [0, r1)), and in the backward keys in blocks
+// against only the queries at or after them. With T = 128 that is 3/4 of the
+// full T x T products (the rest is masked to zero anyway) in twice as many
+// calls; smaller blocks save more products but pay more per call.
+constexpr int kCausalBlock = 64;
+
 Status AttentionForward(float* out, float* att, float* scratch,
                         const float* qkv, int B, int T, int C, int NH,
                         DType matmul_type, const std::uint16_t* qkv16) {
   const int hs = C / NH;
   const std::int64_t TT = static_cast<std::int64_t>(T) * T;
+  const std::int64_t C3 = 3 * static_cast<std::int64_t>(C);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const HeadOperands ops =
       Operands(scratch, qkv, qkv16, nullptr, B, T, C, matmul_type);
-  // S = scale * Q K^T: Q [T,hs] and K stored [T,hs] = [n,k], both rows of
-  // qkv (leading dimension 3C).
-  compute::GemmDesc s_desc = Desc(matmul_type, T, T, hs);
-  s_desc.transpose_b = true;
-  s_desc.lda = s_desc.ldb = 3 * static_cast<std::int64_t>(C);
-  s_desc.alpha = scale;
-  // O = P V: P [T,T], V [T,hs] (leading dimension 3C), O into out's columns.
-  compute::GemmDesc o_desc = Desc(matmul_type, T, hs, T);
-  o_desc.ldb = 3 * static_cast<std::int64_t>(C);
-  o_desc.ldc = C;
   for (int b = 0; b < B; ++b) {
     const std::int64_t row0 = static_cast<std::int64_t>(b) * T;
     for (int h = 0; h < NH; ++h) {
       const std::int64_t head = static_cast<std::int64_t>(h) * hs;
       float* p = att + (static_cast<std::int64_t>(b) * NH + h) * TT;
-      const void* q = Offset(ops.qkv, row0 * 3 * C + head, ops.elem);
-      const void* k = Offset(ops.qkv, row0 * 3 * C + C + head, ops.elem);
-      const void* v = Offset(ops.qkv, row0 * 3 * C + 2 * C + head, ops.elem);
-      RETURN_IF_ERROR(compute::Gemm(s_desc, q, k, p));
+      const std::int64_t q = row0 * C3 + head, k = q + C, v = q + 2 * C;
+      for (int r0 = 0; r0 < T; r0 += kCausalBlock) {
+        const int r1 = std::min(T, r0 + kCausalBlock);
+        // S[r0:r1, 0:r1] = scale Q[r0:r1] K[0:r1]^T (K stored [n, k]).
+        compute::GemmDesc s_desc = Desc(matmul_type, r1 - r0, r1, hs);
+        s_desc.transpose_b = true;
+        s_desc.lda = s_desc.ldb = C3;
+        s_desc.ldc = T;
+        s_desc.alpha = scale;
+        RETURN_IF_ERROR(compute::Gemm(s_desc,
+                                      Offset(ops.qkv, q + r0 * C3, ops.elem),
+                                      Offset(ops.qkv, k, ops.elem),
+                                      p + static_cast<std::int64_t>(r0) * T));
+      }
       std::uint16_t* p16 = static_cast<std::uint16_t*>(ops.p16);
       isa::Dispatch<CausalSoftmaxKernel>(p, T, p16);
       const void* pa = p16 != nullptr ? static_cast<const void*>(p16) : p;
-      RETURN_IF_ERROR(compute::Gemm(o_desc, pa, v, out + row0 * C + head));
+      for (int r0 = 0; r0 < T; r0 += kCausalBlock) {
+        const int r1 = std::min(T, r0 + kCausalBlock);
+        // O[r0:r1] = P[r0:r1, 0:r1] V[0:r1], into the head's columns of out.
+        compute::GemmDesc o_desc = Desc(matmul_type, r1 - r0, hs, r1);
+        o_desc.lda = T;
+        o_desc.ldb = C3;
+        o_desc.ldc = C;
+        RETURN_IF_ERROR(compute::Gemm(
+            o_desc, Offset(pa, static_cast<std::int64_t>(r0) * T, ops.elem),
+            Offset(ops.qkv, v, ops.elem), out + (row0 + r0) * C + head));
+      }
     }
   }
   return OkStatus();
@@ -690,50 +744,77 @@ Status AttentionBackward(float* dqkv, float* scratch, const float* dout,
   const HeadOperands ops =
       Operands(scratch, qkv, qkv16, dout, B, T, C, matmul_type);
   float* dp = scratch;  // T x T
-  // dP = dO V^T: dO [T,hs] (ld C), V stored [T,hs] = [n,k] (ld 3C).
-  compute::GemmDesc dp_desc = Desc(matmul_type, T, T, hs);
-  dp_desc.transpose_b = true;
-  dp_desc.lda = C;
-  dp_desc.ldb = C3;
-  // dV += P^T dO: P stored [T,T] = [k,m]; dO [T,hs] (ld C); into dqkv (ld 3C).
-  compute::GemmDesc dv_desc = Desc(matmul_type, T, hs, T);
-  dv_desc.transpose_a = true;
-  dv_desc.ldb = C;
-  dv_desc.ldc = C3;
-  dv_desc.beta = 1.0f;
-  // dQ += scale dS K: K [T,hs] (ld 3C).
-  compute::GemmDesc dq_desc = Desc(matmul_type, T, hs, T);
-  dq_desc.ldb = C3;
-  dq_desc.ldc = C3;
-  dq_desc.alpha = scale;
-  dq_desc.beta = 1.0f;
-  // dK += scale dS^T Q: dS stored [T,T] = [k,m]; Q [T,hs] (ld 3C).
-  compute::GemmDesc dk_desc = dq_desc;
-  dk_desc.transpose_a = true;
   for (int b = 0; b < B; ++b) {
     const std::int64_t row0 = static_cast<std::int64_t>(b) * T;
     for (int h = 0; h < NH; ++h) {
       const std::int64_t head = static_cast<std::int64_t>(h) * hs;
       const float* p = att + (static_cast<std::int64_t>(b) * NH + h) * TT;
-      const void* q = Offset(ops.qkv, row0 * C3 + head, ops.elem);
-      const void* k = Offset(ops.qkv, row0 * C3 + C + head, ops.elem);
-      const void* v = Offset(ops.qkv, row0 * C3 + 2 * C + head, ops.elem);
-      const void* d_o = Offset(ops.dout, row0 * C + head, ops.elem);
-      float* dq = dqkv + row0 * C3 + head;
+      const std::int64_t q = row0 * C3 + head, k = q + C, v = q + 2 * C;
+      const std::int64_t d_o = row0 * C + head;
+      float* dq = dqkv + q;
       float* dk = dq + C;
       float* dv = dq + 2 * C;
-      RETURN_IF_ERROR(compute::Gemm(dp_desc, d_o, v, dp));
+      for (int r0 = 0; r0 < T; r0 += kCausalBlock) {
+        const int r1 = std::min(T, r0 + kCausalBlock);
+        // dP[r0:r1, 0:r1] = dO[r0:r1] V[0:r1]^T (V stored [n, k]).
+        compute::GemmDesc dp_desc = Desc(matmul_type, r1 - r0, r1, hs);
+        dp_desc.transpose_b = true;
+        dp_desc.lda = C;
+        dp_desc.ldb = C3;
+        dp_desc.ldc = T;
+        RETURN_IF_ERROR(compute::Gemm(dp_desc,
+                                      Offset(ops.dout, d_o + r0 * C, ops.elem),
+                                      Offset(ops.qkv, v, ops.elem),
+                                      dp + static_cast<std::int64_t>(r0) * T));
+      }
       const void* pa = p;
       if (matmul_type != DType::kF32) {
         ToBf16(p, static_cast<std::uint16_t*>(ops.p16), TT);
         pa = ops.p16;
       }
-      RETURN_IF_ERROR(compute::Gemm(dv_desc, pa, d_o, dv));
+      for (int c0 = 0; c0 < T; c0 += kCausalBlock) {
+        const int c1 = std::min(T, c0 + kCausalBlock);
+        // dV[c0:c1] += P[c0:T, c0:c1]^T dO[c0:T] (P stored [k, m]).
+        compute::GemmDesc dv_desc = Desc(matmul_type, c1 - c0, hs, T - c0);
+        dv_desc.transpose_a = true;
+        dv_desc.lda = T;
+        dv_desc.ldb = C;
+        dv_desc.ldc = C3;
+        dv_desc.beta = 1.0f;
+        RETURN_IF_ERROR(compute::Gemm(
+            dv_desc,
+            Offset(pa, static_cast<std::int64_t>(c0) * T + c0, ops.elem),
+            Offset(ops.dout, d_o + c0 * C, ops.elem), dv + c0 * C3));
+      }
       std::uint16_t* ds16 = static_cast<std::uint16_t*>(ops.ds16);
       isa::Dispatch<CausalSoftmaxBackwardKernel>(dp, p, T, ds16);
       const void* ds = ds16 != nullptr ? static_cast<const void*>(ds16) : dp;
-      RETURN_IF_ERROR(compute::Gemm(dq_desc, ds, k, dq));
-      RETURN_IF_ERROR(compute::Gemm(dk_desc, ds, q, dk));
+      for (int r0 = 0; r0 < T; r0 += kCausalBlock) {
+        const int r1 = std::min(T, r0 + kCausalBlock);
+        // dQ[r0:r1] += scale dS[r0:r1, 0:r1] K[0:r1].
+        compute::GemmDesc dq_desc = Desc(matmul_type, r1 - r0, hs, r1);
+        dq_desc.lda = T;
+        dq_desc.ldb = C3;
+        dq_desc.ldc = C3;
+        dq_desc.alpha = scale;
+        dq_desc.beta = 1.0f;
+        RETURN_IF_ERROR(compute::Gemm(
+            dq_desc, Offset(ds, static_cast<std::int64_t>(r0) * T, ops.elem),
+            Offset(ops.qkv, k, ops.elem), dq + r0 * C3));
+        // dK[c0:c1] += scale dS[c0:T, c0:c1]^T Q[c0:T] (c = the same block).
+        const int c0 = r0, c1 = r1;
+        compute::GemmDesc dk_desc = Desc(matmul_type, c1 - c0, hs, T - c0);
+        dk_desc.transpose_a = true;
+        dk_desc.lda = T;
+        dk_desc.ldb = C3;
+        dk_desc.ldc = C3;
+        dk_desc.alpha = scale;
+        dk_desc.beta = 1.0f;
+        RETURN_IF_ERROR(compute::Gemm(
+            dk_desc,
+            Offset(ds, static_cast<std::int64_t>(c0) * T + c0, ops.elem),
+            Offset(ops.qkv, q + c0 * C3, ops.elem), dk + c0 * C3));
+      }
     }
   }
   return OkStatus();

@@ -52,15 +52,19 @@ std::string MatmulRouteName(DType ab_type) {
   return "bf16 via f32 kernels (" + isa + ")";
 }
 
-Status Gemm(const GemmDesc& desc, const void* a, const void* b, void* c) {
+Status Gemm(const GemmDesc& desc, const void* a, const void* b, void* c,
+            const float* bias) {
   cpu::GemmKey key;
   RETURN_IF_ERROR(cpu::MakeKey(desc, &key));
   if (a == nullptr) return InvalidArgument("Gemm: the A pointer is null");
   if (b == nullptr) return InvalidArgument("Gemm: the B pointer is null");
   if (c == nullptr) return InvalidArgument("Gemm: the C pointer is null");
+  if (desc.bias && bias == nullptr) {
+    return InvalidArgument("Gemm: GemmDesc.bias is set but the bias is null");
+  }
   if (key.ab_type == DType::kBF16) {
     if (ActiveBf16Route() == Bf16Route::kViaF32) {
-      return cpu::RunBf16ViaF32(key, a, b, c);
+      return cpu::RunBf16ViaF32(key, a, b, c, bias);
     }
     if (!cpu::DnnlHasNativeBf16()) {
       return FailedPrecondition(
@@ -68,10 +72,10 @@ Status Gemm(const GemmDesc& desc, const void* a, const void* b, void* c) {
           "matmul on this CPU (" +
           std::string(IsaName(ActiveIsa())) + ")");
     }
-    return cpu::RunDnnl(key, a, b, c);
+    return cpu::RunDnnl(key, a, b, c, bias);
   }
-  if (key.c_type == DType::kBF16) return cpu::RunF32ToBf16(key, a, b, c);
-  return cpu::RunDnnl(key, a, b, c);
+  if (key.c_type == DType::kBF16) return cpu::RunF32ToBf16(key, a, b, c, bias);
+  return cpu::RunDnnl(key, a, b, c, bias);
 }
 
 Result<std::string> GemmImplName(const GemmDesc& desc) {
