@@ -16,7 +16,7 @@ struct BenchFlags {
   std::string min_bytes = "1K", max_bytes = "256M";
   int step_factor = 2;
   int iters = 5, warmup_iters = 1;
-  std::string dtype = "f32";
+  std::string dtype = "float32";
   std::vector<std::string> ops, paths, baselines;
   int dcn_timeout_seconds = 60;
   bool json = false;
@@ -63,17 +63,13 @@ int RunBench(const BenchFlags& flags, const std::vector<std::string>& argv) {
   if (options.baselines.size() == 1 && options.baselines[0] == "none") {
     options.baselines.clear();
   }
-  if (flags.dtype == "f32" || flags.dtype == "float") {
-    options.dtype = comm::DType::kF32;
-  } else if (flags.dtype == "bf16" || flags.dtype == "bfloat16") {
-    options.dtype = comm::DType::kBF16;
-  } else {
-    std::fprintf(stderr,
-                 "multislice bench collectives: --dtype: '%s' is not one of "
-                 "f32, bf16\n",
-                 flags.dtype.c_str());
+  auto dtype = ParseDType(flags.dtype, "--dtype");
+  if (!dtype.ok()) {
+    std::fprintf(stderr, "multislice bench collectives: %s\n",
+                 dtype.status().message().c_str());
     return 2;
   }
+  options.dtype = *dtype;
   if (Status s = bench::ValidateCollectivesBenchOptions(options); !s.ok()) {
     std::fprintf(stderr, "multislice bench collectives: %s\n",
                  s.message().c_str());
@@ -164,7 +160,8 @@ void AddBenchCommand(CLI::App& root, CommandTable& table) {
   AddIntFlag(coll, "warmup_iters", &flags->warmup_iters,
              "Untimed repetitions first.")
       ->capture_default_str();
-  coll->add_option(FlagNames("dtype"), flags->dtype, "f32 or bf16.")
+  coll->add_option(FlagNames("dtype"), flags->dtype,
+                   "float32 (the default) or bfloat16; also f32, bf16.")
       ->capture_default_str();
   coll->add_option(FlagNames("ops"), flags->ops,
                    "Comma-separated: all_reduce, reduce_scatter, all_gather "

@@ -95,6 +95,20 @@ inline bool WaitForFile(const std::string& path, double seconds) {
   return false;
 }
 
+// The last line of `out` that starts with '{' (a command's --json object,
+// which may contain nested objects, after other lines).
+inline std::string LastJsonLine(const std::string& out) {
+  size_t end = out.size();
+  while (end > 0) {
+    const size_t start = out.rfind('\n', end - 1);
+    const size_t begin = start == std::string::npos ? 0 : start + 1;
+    if (begin < end && out[begin] == '{') return out.substr(begin, end - begin);
+    if (start == std::string::npos) break;
+    end = start;
+  }
+  return "{}";
+}
+
 // The worker processes the launcher `c` started (its children).
 inline std::vector<pid_t> Workers(const Child& c) {
   std::vector<pid_t> pids;

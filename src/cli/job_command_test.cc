@@ -90,7 +90,7 @@ class JobCommandTest : public ::testing::Test {
     Child ref = Spawn(args, {}, dir_.path(), "reference");
     EXPECT_EQ(WaitExit(ref, 240), 0) << ReadFile(ref.err);
     const std::string out = ReadFile(ref.out);
-    return json::parse(out.substr(out.rfind('{')))
+    return json::parse(testing_util::LastJsonLine(out))
         .value("losses", std::vector<double>{});
   }
 

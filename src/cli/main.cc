@@ -6,6 +6,7 @@
 
 #include "cli/command.h"
 #include "cli/commands.h"
+#include "cli/platform.h"
 
 namespace multislice::cli {
 namespace {
@@ -74,6 +75,15 @@ int Main(int argc, char** argv) {
   auto it = table.find(ParsedLeaf(app));
   if (it == table.end()) {
     std::fprintf(stderr, "multislice: choose a command (see --help)\n");
+    return 2;
+  }
+  if (Status cap = CheckIsaCap(); !cap.ok()) {
+    std::string command = "multislice";
+    for (const CLI::App* leaf = &app; !leaf->get_subcommands().empty();) {
+      leaf = leaf->get_subcommands().front();
+      command += " " + leaf->get_name();
+    }
+    std::fprintf(stderr, "%s: %s\n", command.c_str(), cap.message().c_str());
     return 2;
   }
   return it->second();

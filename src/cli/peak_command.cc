@@ -19,6 +19,8 @@
 #include "cli/command.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/platform.h"
+#include "common/cpu_isa.h"
 #include "common/status.h"
 #include "compute/matmul.h"
 
@@ -34,6 +36,7 @@ struct PeakFlags {
   long long membw_bytes = 256LL << 20;
   bool variants = false;
   bool json = false;
+  std::string dtype;  // empty: both
 };
 
 // One measured matmul: alone, and with `devices` device threads at once.
@@ -49,20 +52,6 @@ int CpuCount() {
   return 1;
 }
 
-std::string CpuModel() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpuinfo, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      size_t colon = line.find(':');
-      if (colon != std::string::npos && colon + 2 <= line.size()) {
-        return line.substr(colon + 2);
-      }
-    }
-  }
-  return "unknown CPU";
-}
-
 double LoadAverage() {
   std::ifstream loadavg("/proc/loadavg");
   double one_minute = -1;
@@ -70,10 +59,8 @@ double LoadAverage() {
   return one_minute;
 }
 
-const char* TypeName(DType t) { return t == DType::kF32 ? "f32" : "bf16"; }
-
 std::string Types(const compute::GemmDesc& d) {
-  return std::string(TypeName(d.ab_type)) + "->" + TypeName(d.c_type);
+  return std::string(Name(d.ab_type)) + "->" + std::string(Name(d.c_type));
 }
 
 std::string Shape(const compute::GemmDesc& d) {
@@ -98,10 +85,11 @@ nlohmann::json RateJson(const bench::MatmulPeak& p) {
           {"cpu_share", p.cpu_share},   {"reps", p.reps}};
 }
 
-// The rows to measure, in print order.
-std::vector<Row> PlanRows(const PeakFlags& flags) {
+// The rows to measure, in print order, for the dtypes asked for.
+std::vector<Row> PlanRows(const PeakFlags& flags,
+                          const std::vector<DType>& dtypes) {
   std::vector<Row> rows;
-  for (DType t : {DType::kBF16, DType::kF32}) {
+  for (DType t : dtypes) {
     Row row;
     row.group = "square";
     row.name = "square";
@@ -111,11 +99,11 @@ std::vector<Row> PlanRows(const PeakFlags& flags) {
     rows.push_back(row);
   }
   // The workload keeps bf16 activations (bf16 out) or runs all in f32.
-  for (DType t : {DType::kBF16, DType::kF32}) {
+  for (DType t : dtypes) {
     for (const bench::WorkloadGemm& g : bench::ShardingsLayerGemms(
              flags.embedding_dimension, flags.batch_size, t, t)) {
       Row row;
-      row.group = std::string("layer ") + TypeName(t);
+      row.group = "layer " + std::string(Name(t));
       row.name = g.name;
       row.desc = g.desc;
       rows.push_back(row);
@@ -183,19 +171,36 @@ int RunPeak(const PeakFlags& flags) {
                std::to_string(flags.membw_bytes));
   }
 
+  std::vector<DType> dtypes = {DType::kBF16, DType::kF32};
+  if (!flags.dtype.empty()) {
+    auto dtype = ParseDType(flags.dtype, "--dtype");
+    if (!dtype.ok()) return bad(dtype.status().message());
+    dtypes = {*dtype};
+  }
   const double load = LoadAverage();
-  std::vector<Row> rows = PlanRows(flags);
+  std::vector<Row> rows = PlanRows(flags, dtypes);
   if (!flags.json) {
+    for (const std::string& note :
+         PlatformNotes(dtypes.front(), !flags.dtype.empty())) {
+      std::printf("multislice peak: %s\n", note.c_str());
+    }
     std::printf("multislice peak: one device (one thread) of this host\n");
     std::printf("host    %s, %d CPUs, load average %.2f before the run\n",
-                CpuModel().c_str(), cpus, load);
+                CpuModelName().c_str(), cpus, load);
+    std::printf("ISA     %s (this CPU: %s)\n",
+                std::string(IsaName(ActiveIsa())).c_str(),
+                std::string(IsaName(DetectedIsa())).c_str());
+    for (DType t : dtypes) {
+      std::printf("matmul  %s: %s\n", std::string(Name(t)).c_str(),
+                  compute::MatmulRouteName(t).c_str());
+    }
     std::printf("oneDNN  %s, ISA %s\n\n", compute::DnnlVersion().c_str(),
                 compute::DnnlIsaName());
     std::printf(
         "matmul GFLOP/s per device: median [min, max] of %d calls; cpu = the "
         "device thread's CPU share (1.00: it had a core to itself)\n",
         flags.reps);
-    std::printf("%-22s %-24s %-10s %-34s %d devices at once\n", "matmul",
+    std::printf("%-22s %-24s %-18s %-34s %d devices at once\n", "matmul",
                 "m x n x k", "types", "1 device", devices);
   }
   double worst_share = 1;
@@ -227,7 +232,7 @@ int RunPeak(const PeakFlags& flags) {
     worst_share =
         std::min({worst_share, row.alone.cpu_share, row.together.cpu_share});
     if (!flags.json) {
-      std::printf("%-22s %-24s %-10s %-34s %s  %s\n", row.name.c_str(),
+      std::printf("%-22s %-24s %-18s %-34s %s  %s\n", row.name.c_str(),
                   Shape(row.desc).c_str(), Types(row.desc).c_str(),
                   Rate(row.alone).c_str(), Rate(row.together).c_str(),
                   row.alone.impl.c_str());
@@ -239,14 +244,21 @@ int RunPeak(const PeakFlags& flags) {
   const bench::MemoryBandwidth membw_all =
       bench::MeasureMemoryBandwidth(cpus, flags.membw_bytes, 5);
 
-  std::vector<std::string> layer_groups = {"layer bf16", "layer f32"};
+  std::vector<std::string> layer_groups;
+  for (DType t : dtypes)
+    layer_groups.push_back("layer " + std::string(Name(t)));
   if (flags.json) {
     nlohmann::json out;
-    out["host"] = {{"cpu_model", CpuModel()},
+    out["host"] = {{"cpu_model", CpuModelName()},
                    {"cpus", cpus},
                    {"load_average_before", load}};
     out["onednn"] = {{"version", compute::DnnlVersion()},
                      {"isa", compute::DnnlIsaName()}};
+    out["isa"] = std::string(IsaName(ActiveIsa()));
+    out["detected_isa"] = std::string(IsaName(DetectedIsa()));
+    for (DType t : dtypes) {
+      out["matmul"][std::string(Name(t))] = compute::MatmulRouteName(t);
+    }
     out["devices_at_once"] = devices;
     out["embedding_dimension"] = flags.embedding_dimension;
     out["batch_size"] = flags.batch_size;
@@ -322,7 +334,9 @@ void AddPeakCommand(CLI::App& root, CommandTable& table) {
       "peaks the shardings workload's utilisation is measured against.\n"
       "Examples:\n"
       "  multislice peak\n"
-      "  multislice peak -d 2048 -b 4096 --variants --json");
+      "  multislice peak -d 2048 -b 4096 --variants --json\n"
+      "  multislice peak --dtype float32\n"
+      "  MULTISLICE_MAX_ISA=avx2 multislice peak   # as on an AVX2-only CPU");
   auto flags = std::make_shared<PeakFlags>();
   PeakFlags& f = *flags;
   AddIntFlag(cmd, "embedding_dimension", &f.embedding_dimension,
@@ -340,6 +354,9 @@ void AddPeakCommand(CLI::App& root, CommandTable& table) {
   AddBoolFlag(cmd, "variants", &f.variants,
               "Also time each layer matmul without its fused sigmoid and "
               "with beta=1 (accumulating into C).");
+  AddStringFlag(cmd, "dtype", &f.dtype,
+                "Measure only bfloat16 or float32 matmuls (also bf16, f32; "
+                "default: both).");
   AddBoolFlag(cmd, "json", &f.json, "Print one JSON object.");
   table[cmd] = [flags] { return RunPeak(*flags); };
   CommandFlagAliases()["peak"] = {{"-d", "--embedding_dimension"},

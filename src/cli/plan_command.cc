@@ -16,6 +16,7 @@
 #include "cli/command.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "common/dtype.h"
 #include "common/status.h"
 #include "model/perf_model.h"
 
@@ -104,7 +105,7 @@ struct PlanFlags {
   std::optional<double> forward_flops;
   std::optional<double> backward_flops;
   std::optional<double> mfu;
-  std::string gradient_dtype = "f32";
+  std::string gradient_dtype = "float32";
   std::string dcn_volume = "seed";
   std::optional<double> margin;
   std::string strategy = "auto";
@@ -135,15 +136,9 @@ Result<model::PerfModelOptions> ToOptions(const PlanFlags& flags) {
     o.backward_flops_per_token_per_parameter = *flags.backward_flops;
   }
   if (flags.mfu) o.mfu = *flags.mfu;
-  if (flags.gradient_dtype == "f32" || flags.gradient_dtype == "float32") {
-    o.gradient_bits = 32;
-  } else if (flags.gradient_dtype == "bf16" ||
-             flags.gradient_dtype == "bfloat16") {
-    o.gradient_bits = 16;
-  } else {
-    return InvalidArgument("--gradient_dtype: '" + flags.gradient_dtype +
-                           "' is not one of f32, bf16");
-  }
+  ASSIGN_OR_RETURN(DType gradient_dtype,
+                   ParseDType(flags.gradient_dtype, "--gradient_dtype"));
+  o.gradient_bits = gradient_dtype == DType::kF32 ? 32 : 16;
   ASSIGN_OR_RETURN(o.dcn_volume, model::ParseDcnVolume(flags.dcn_volume));
   if (flags.margin) o.margin = *flags.margin;
   if (flags.strategy != "auto") {

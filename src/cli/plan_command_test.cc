@@ -286,7 +286,8 @@ TEST(PlanCommandTest, ErrorsAreOneLineAndExitTwo) {
       {with({"--mfu", "2"}),
        "multislice plan: --mfu must be in (0, 1], got 2\n"},
       {with({"--gradient_dtype", "f64"}),
-       "multislice plan: --gradient_dtype: 'f64' is not one of f32, bf16\n"},
+       "multislice plan: --gradient_dtype: 'f64' is not a dtype; expected "
+       "bfloat16 (bf16) or float32 (f32)\n"},
       {with({"--strategy", "dcn_tensor"}),
        "multislice plan: --strategy: 'dcn_tensor' is not one of auto, "
        "dcn_data, dcn_fsdp, pipeline\n"},

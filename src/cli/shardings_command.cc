@@ -9,6 +9,7 @@
 #include "bench/peak.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/platform.h"
 #include "compute/matmul.h"
 #include "model/shardings.h"
 #include "runtime/launcher.h"
@@ -21,7 +22,7 @@ struct ShardingsFlags {
   model::ShardingsConfig config;
   mesh::ParallelismConfig parallelism;
   std::string accelerator_type;  // default cpu-<ici product>
-  std::string dtype = "bf16";
+  std::string dtype;             // empty: bfloat16, not asked for explicitly
   std::string profiler_path;
   int embedding_dimension = 1024;
   int batch_size = 2048;
@@ -96,6 +97,12 @@ int RunWorker(const ShardingsFlags& flags, const runtime::WorkerEnv& env) {
     }
   }
   if (text) {
+    std::printf("multislice shardings: %s\n",
+                PlatformText(flags.config.dtype).c_str());
+    for (const std::string& note :
+         PlatformNotes(flags.config.dtype, !flags.dtype.empty())) {
+      std::printf("multislice shardings: %s\n", note.c_str());
+    }
     std::printf("Devices: %s (num_devices: %d)\n", DeviceList(rt).c_str(),
                 num_devices);
     std::printf("Decided on mesh shape: %s\n",
@@ -194,11 +201,11 @@ int RunWorker(const ShardingsFlags& flags, const runtime::WorkerEnv& env) {
     std::printf(
         "per device: %.3f TFLOP/s is %.1f%% of the measured %s matmul peak "
         "%.3f TFLOP/s (the better of 2048^3: %.3f and this layer's six "
-        "matmuls: %.3f; %d device(s) per host at once, oneDNN %s)\n",
+        "matmuls: %.3f; %d device(s) per host at once, %s)\n",
         tflops, 100 * tflops / peak_tflops,
         std::string(Name(flags.config.dtype)).c_str(), peak_tflops,
         square_peak->median_gflops / 1e3, *layer_peak / 1e3, local_count,
-        compute::DnnlIsaName());
+        compute::MatmulRouteName(flags.config.dtype).c_str());
     std::printf("median step %.4f s (min %.4f, max %.4f)\n", median,
                 sorted.front(), sorted.back());
     std::printf("first step loss: %s\n", Repr(first_loss).c_str());
@@ -234,7 +241,8 @@ int RunWorker(const ShardingsFlags& flags, const runtime::WorkerEnv& env) {
   out["square_peak_tflops_per_device"] = square_peak->median_gflops / 1e3;
   out["layer_peak_tflops_per_device"] = *layer_peak / 1e3;
   out["utilization"] = tflops / peak_tflops;
-  out["isa"] = compute::DnnlIsaName();
+  out["platform"] = PlatformJson(flags.config.dtype);
+  out["isa"] = out["platform"]["isa"];
   out["first_step_loss"] = first_loss;
   out["ici_bytes_per_device_per_step"] = ici_bytes;
   out["dcn_bytes_per_device_per_step"] = dcn_bytes;
@@ -244,13 +252,11 @@ int RunWorker(const ShardingsFlags& flags, const runtime::WorkerEnv& env) {
 }
 
 int Run(ShardingsFlags flags) {
-  if (flags.dtype == "bf16" || flags.dtype == "bfloat16") {
-    flags.config.dtype = DType::kBF16;
-  } else if (flags.dtype == "f32" || flags.dtype == "float32") {
-    flags.config.dtype = DType::kF32;
-  } else {
-    return Fail(InvalidArgument("--dtype: '" + flags.dtype +
-                                "' is not one of bf16, f32"));
+  flags.config.dtype = DType::kBF16;
+  if (!flags.dtype.empty()) {
+    auto dtype = ParseDType(flags.dtype, "--dtype");
+    if (!dtype.ok()) return Fail(dtype.status());
+    flags.config.dtype = *dtype;
   }
   if (flags.steps < 1) {
     return Fail(InvalidArgument("--steps: expected at least 1, got " +
@@ -345,7 +351,8 @@ void AddShardingsCommand(CLI::App& root, CommandTable& table) {
                 "Perfetto): one row per device, compute/ICI/DCN tracks.");
   AddStringFlag(cmd, "accelerator_type", &f.accelerator_type,
                 "Devices per slice, cpu-N (default: N = the ICI product).");
-  AddStringFlag(cmd, "dtype", &f.dtype, "bf16 or f32.");
+  AddStringFlag(cmd, "dtype", &f.dtype,
+                "bfloat16 (the default) or float32; also bf16, f32.");
   AddIntFlag(cmd, "steps", &f.steps, "Timed steps after one warm-up.");
   AddIntFlag(cmd, "seed", &f.seed, "Seed of X and the weights.");
   AddIntFlag(cmd, "dcn_timeout_seconds", &f.dcn_timeout_seconds,

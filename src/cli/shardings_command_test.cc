@@ -89,7 +89,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{{"-dd", "-1"}, "every --dcn_*_parallelism needs a value"},
         BadCase{{"-b", "0"}, "--batch_size: expected a positive size, got 0"},
         BadCase{{"-n", "0"}, "--num_layers: expected at least 1, got 0"},
-        BadCase{{"--dtype", "fp8"}, "--dtype: 'fp8' is not one of bf16, f32"},
+        BadCase{{"--dtype", "fp8"},
+                "--dtype: 'fp8' is not a dtype; expected bfloat16 (bf16) or "
+                "float32 (f32)"},
         BadCase{{"--steps", "0"}, "--steps: expected at least 1, got 0"},
         BadCase{{"--dcn_timeout_seconds", "0"},
                 "--dcn_timeout_seconds: expected at least 1, got 0"},

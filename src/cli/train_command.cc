@@ -2,6 +2,7 @@
 // train/trainer.h, MaxText style. On a plain machine it launches the slices
 // as local worker processes; started by an agent (the worker variables set)
 // it is one worker of a multi-host job.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -12,6 +13,7 @@
 #include "bench/peak.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/platform.h"
 #include "compute/matmul.h"
 #include "runtime/launcher.h"
 #include "runtime/runtime.h"
@@ -96,16 +98,20 @@ int RunWorker(const TrainConfig& config, const runtime::WorkerEnv& env,
   train::TrainerOptions trainer;
   trainer.config = config;
   trainer.dataset_dir = *dataset;
+  trainer.platform = PlatformText(MatmulDType(config));
+  const bool dtype_explicit = std::any_of(
+      flags.overrides.begin(), flags.overrides.end(),
+      [](const std::string& o) { return o.rfind("dtype=", 0) == 0; });
+  trainer.notes = PlatformNotes(MatmulDType(config), dtype_explicit);
   trainer.show_progress = !flags.json && runtime::ShowProgress();
   trainer.quiet = flags.json;
   // MFU is against the measured matmul peak of one device while every device
   // of this host measures at once (`multislice peak` reports the same).
-  const compute::GemmDesc square{
-      .m = 2048,
-      .n = 2048,
-      .k = 2048,
-      .ab_type = config.dtype == "f32" ? DType::kF32 : DType::kBF16,
-      .c_type = DType::kF32};
+  const compute::GemmDesc square{.m = 2048,
+                                 .n = 2048,
+                                 .k = 2048,
+                                 .ab_type = MatmulDType(config),
+                                 .c_type = DType::kF32};
   auto peak = bench::MeasureConcurrentMatmulPeak(
       square, 3, static_cast<int>(rt.local_devices().size()));
   if (!peak.ok()) return Fail(peak.status());
@@ -131,6 +137,7 @@ int RunWorker(const TrainConfig& config, const runtime::WorkerEnv& env,
         {"step_tflop_per_device", train::StepFlopsPerDevice(config) / 1e12},
         {"seconds_to_first_step", summary.seconds_to_first_step},
         {"losses", summary.losses},
+        {"platform", PlatformJson(MatmulDType(config))},
     };
     std::printf("%s\n", out.dump().c_str());
   } else if (summary.last_step >= summary.first_step) {
@@ -142,7 +149,8 @@ int RunWorker(const TrainConfig& config, const runtime::WorkerEnv& env,
         static_cast<long long>(summary.last_step), summary.final_loss,
         summary.final_val_loss, summary.mean_step_seconds,
         summary.tokens_per_second, 100 * summary.mean_mfu,
-        trainer.peak_flops_per_device / 1e12, compute::DnnlIsaName(),
+        trainer.peak_flops_per_device / 1e12,
+        compute::MatmulRouteName(MatmulDType(config)).c_str(),
         summary.seconds_to_first_step, RunDirectory(config).c_str());
   } else {
     std::printf(

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cli/cli_test_util.h"
+#include "common/cpu_isa.h"
 #include "common/temp_dir.h"
 #include "runtime/launcher.h"
 #include "train/checkpoint.h"
@@ -254,7 +255,8 @@ TEST_F(TrainCommandTest, InMemoryRecoveryRestoresANewerStepFromAReplica) {
   Child second = Spawn(Args(named("b")), {}, dir_.path(), "b-second");
   ASSERT_EQ(WaitExit(second, 240), 0) << ReadFile(second.err);
   std::string out = ReadFile(second.out);
-  nlohmann::json resumed = nlohmann::json::parse(out.substr(out.rfind('{')));
+  nlohmann::json resumed =
+      nlohmann::json::parse(testing_util::LastJsonLine(out));
   EXPECT_EQ(resumed.value("restored_from", std::string()), "replica");
   const int64_t restored = resumed.value("restored_step", int64_t{-1});
   EXPECT_GE(restored, 13) << "newer than the step-10 checkpoint";
@@ -422,6 +424,47 @@ TEST_F(TrainCommandTest, BadConfigIsOneLineAndExitCode2) {
     EXPECT_NE(err.find(c.expected), std::string::npos) << err;
     EXPECT_FALSE(fs::exists(dir_.path() + "/x/config.json"));
   }
+}
+
+// The first line names the CPU's ISA level and the matmul route, with the
+// cap and the explicit bfloat16 noted on the lines after it; every dtype
+// spelling trains, and the JSON names the route the same way.
+TEST_F(TrainCommandTest, FirstLineNamesIsaAndMatmulRoute) {
+  const std::string level = DetectedIsa() >= Isa::kAvx2
+                                ? "avx2"
+                                : std::string(IsaName(DetectedIsa()));
+  std::vector<std::string> args = {"train",
+                                   data_->path() + "/tiny.yml",
+                                   "base_output_directory=" + dir_.path(),
+                                   "dataset_path=" + data_->path() + "/ds",
+                                   "run_name=text",
+                                   "steps=2",
+                                   "dtype=bf16",
+                                   "--num_slices",
+                                   "1"};
+  Child c = Spawn(args, {"MULTISLICE_MAX_ISA=" + level}, dir_.path(), "text");
+  ASSERT_EQ(WaitExit(c, 240), 0) << ReadFile(c.err);
+  const std::string out = ReadFile(c.out);
+  const std::string first = out.substr(0, out.find('\n'));
+  EXPECT_NE(first.find(", ISA " + level), std::string::npos) << first;
+  EXPECT_NE(first.find("matmul bfloat16 via float32 kernels (" + level + ")"),
+            std::string::npos)
+      << first;
+  const std::string second = out.substr(
+      first.size() + 1, out.find('\n', first.size() + 1) - first.size() - 1);
+  EXPECT_EQ(second.rfind("multislice train: note: dtype bfloat16 on a CPU "
+                         "without bf16 matmul instructions",
+                         0),
+            0u)
+      << out;
+
+  nlohmann::json summary = Train(
+      {"run_name=spelling", "steps=2", "dtype=float32", "--num_slices", "1"},
+      "spelling", {"MULTISLICE_MAX_ISA=" + level});
+  EXPECT_EQ(summary["platform"]["matmul"], "float32 (" + level + ")");
+  EXPECT_EQ(nlohmann::json::parse(
+                ReadFile(RunDir("spelling") + "/config.json"))["dtype"],
+            "float32");
 }
 
 }  // namespace

@@ -118,7 +118,7 @@ void SetIsaCap(std::optional<Isa> cap) {
   g_active.store(static_cast<int>(Compute()), std::memory_order_relaxed);
 }
 
-std::string DescribeCpu() {
+std::string CpuModelName() {
   std::string model = "unknown CPU";
   std::ifstream cpuinfo("/proc/cpuinfo");
   for (std::string line; std::getline(cpuinfo, line);) {
@@ -130,6 +130,11 @@ std::string DescribeCpu() {
       break;
     }
   }
+  return model;
+}
+
+std::string DescribeCpu() {
+  const std::string model = CpuModelName();
   std::string isa(IsaName(ActiveIsa()));
   if (ActiveIsa() != DetectedIsa()) {
     isa += " (capped from " + std::string(IsaName(DetectedIsa())) + ")";

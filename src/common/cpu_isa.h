@@ -60,6 +60,10 @@ Isa ActiveIsa();
 // not follow (run the process under MULTISLICE_MAX_ISA for that).
 void SetIsaCap(std::optional<Isa> cap);
 
+// The CPU's model name from /proc/cpuinfo, e.g. "AMD EPYC 7B13"; "unknown
+// CPU" where there is none.
+std::string CpuModelName();
+
 // A human-readable line of the CPU: its model name and ISA, e.g.
 // "Intel(R) Xeon(R) Platinum 8481C, avx512_bf16 (capped from amx)".
 std::string DescribeCpu();

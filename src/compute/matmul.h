@@ -84,8 +84,9 @@ bool NativeBf16Available();
 void SetBf16Route(std::optional<Bf16Route> route);
 
 // The route of a run whose matmuls take `ab_type`, for the first line of a
-// command and its --json: "bf16 native (amx)", "bf16 via f32 kernels
-// (avx2)", "f32 (avx512)"; the ISA is common/cpu_isa.h's active level.
+// command and its --json: "bfloat16 native (amx)", "bfloat16 via float32
+// kernels (avx2)", "float32 (avx512)": the vector level of common/cpu_isa.h
+// the kernels use (the active level, for native bf16).
 std::string MatmulRouteName(DType ab_type);
 
 // The oneDNN implementation Gemm uses for `desc`, e.g.

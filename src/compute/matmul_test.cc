@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -444,20 +445,22 @@ TEST(GemmTest, RouteIsChosenFromTheCpuAndNamed) {
   EXPECT_EQ(ActiveBf16Route(),
             NativeBf16Available() ? Bf16Route::kNative : Bf16Route::kViaF32);
   const std::string isa(IsaName(ActiveIsa()));
-  EXPECT_EQ(MatmulRouteName(DType::kF32), "f32 (" + isa + ")");
+  const std::string vector_isa(IsaName(std::min(ActiveIsa(), Isa::kAvx512)));
+  EXPECT_EQ(MatmulRouteName(DType::kF32), "float32 (" + vector_isa + ")");
   {
     ScopedRoute forced(Bf16Route::kViaF32);
     EXPECT_EQ(MatmulRouteName(DType::kBF16),
-              "bf16 via f32 kernels (" + isa + ")");
+              "bfloat16 via float32 kernels (" + vector_isa + ")");
     GemmDesc desc;
     desc.m = desc.n = desc.k = 64;
     Result<std::string> impl = GemmImplName(desc);
     ASSERT_TRUE(impl.ok()) << impl.status().message();
-    EXPECT_NE(impl->find("bf16 widened to f32"), std::string::npos) << *impl;
+    EXPECT_NE(impl->find("bfloat16 widened to float32"), std::string::npos)
+        << *impl;
   }
   ScopedRoute forced(Bf16Route::kNative);
   if (NativeBf16Available()) {
-    EXPECT_EQ(MatmulRouteName(DType::kBF16), "bf16 native (" + isa + ")");
+    EXPECT_EQ(MatmulRouteName(DType::kBF16), "bfloat16 native (" + isa + ")");
   } else {
     GemmDesc desc;
     desc.m = desc.n = desc.k = 8;

@@ -92,7 +92,8 @@ const Field kFields[] = {
     {"eval_interval", &TrainConfig::eval_interval, "steps between evaluations"},
     {"eval_batches", &TrainConfig::eval_batches, "batches per evaluation"},
     {"seed", &TrainConfig::seed, "seed for initialisation and data order"},
-    {"dtype", &TrainConfig::dtype, "activation and weight dtype: bf16 or f32"},
+    {"dtype", &TrainConfig::dtype,
+     "matmul dtype: bfloat16 (bf16) or float32 (f32)"},
     {"deterministic", &TrainConfig::deterministic,
      "use reduction orders that give bitwise-repeatable runs"},
     {"log_period", &TrainConfig::log_period, "steps between log lines"},
@@ -346,7 +347,17 @@ Result<TrainConfig> LoadTrainConfig(const std::string& yaml_path,
   RETURN_IF_ERROR(ApplyYaml(yaml_path, config));
   RETURN_IF_ERROR(
       ApplyTrainConfigOverrides(overrides, "the command line", config));
+  // One spelling from here on (config.json, reports); a bad value is left
+  // for ValidateTrainConfig to name.
+  if (auto dtype = ParseDType(config.dtype, "dtype"); dtype.ok()) {
+    config.dtype = std::string(Name(*dtype));
+  }
   return config;
+}
+
+DType MatmulDType(const TrainConfig& config) {
+  auto dtype = ParseDType(config.dtype, "dtype");
+  return dtype.ok() ? *dtype : DType::kBF16;
 }
 
 Status ValidateTrainConfig(const TrainConfig& c) {
@@ -405,9 +416,9 @@ Status ValidateTrainConfig(const TrainConfig& c) {
   RETURN_IF_ERROR(CheckAtLeast("eval_interval", c.eval_interval, 1));
   RETURN_IF_ERROR(CheckAtLeast("eval_batches", c.eval_batches, 1));
   RETURN_IF_ERROR(CheckAtLeast("seed", c.seed, 0));
-  if (c.dtype != "bf16" && c.dtype != "f32") {
+  if (!ParseDType(c.dtype, "dtype").ok()) {
     return InvalidArgument("key 'dtype' = '" + c.dtype +
-                           "': expected bf16 or f32");
+                           "': expected bfloat16 (bf16) or float32 (f32)");
   }
   RETURN_IF_ERROR(CheckAtLeast("log_period", c.log_period, 1));
   return OkStatus();

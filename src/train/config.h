@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
 #include "common/status.h"
 
 namespace multislice {
@@ -78,7 +79,8 @@ struct TrainConfig {
 
   // Numerics and logging.
   int seed = 0;
-  std::string dtype = "bf16";  // "bf16" or "f32"
+  // bfloat16 or float32 (bf16, f32 and float accepted and stored as those)
+  std::string dtype = "bfloat16";
   bool deterministic = false;
   int log_period = 1;  // steps between log lines
 
@@ -100,6 +102,9 @@ Status ApplyTrainConfigOverrides(const std::vector<std::string>& overrides,
 // Checks value ranges and relations between keys (e.g. emb_dim divisible by
 // num_heads). Returns the first problem found.
 Status ValidateTrainConfig(const TrainConfig& config);
+
+// The matmul dtype of a validated config.
+DType MatmulDType(const TrainConfig& config);
 
 // Every key with its value, for config.json in the run directory. Writing the
 // values back as overrides ("key=" + value, strings unquoted) gives the same

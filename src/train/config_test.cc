@@ -94,7 +94,7 @@ TEST_F(ConfigTest, Defaults) {
   EXPECT_EQ(c.eval_interval, 20);
   EXPECT_EQ(c.eval_batches, 4);
   EXPECT_EQ(c.seed, 0);
-  EXPECT_EQ(c.dtype, "bf16");
+  EXPECT_EQ(c.dtype, "bfloat16");
   EXPECT_FALSE(c.deterministic);
   EXPECT_EQ(c.log_period, 1);
   EXPECT_TRUE(ValidateTrainConfig(c).ok());
@@ -126,7 +126,7 @@ TEST_F(ConfigTest, YamlSetsKeysOfEveryType) {
   EXPECT_DOUBLE_EQ(config->adam_b2, 0.99);
   EXPECT_FALSE(config->async_checkpointing);
   EXPECT_TRUE(config->deterministic);
-  EXPECT_EQ(config->dtype, "f32");
+  EXPECT_EQ(config->dtype, "float32");  // MaxText's spelling from here on
   EXPECT_EQ(config->dataset_path, "");
   EXPECT_EQ(config->per_device_batch_size, 8);  // untouched keys keep defaults
 }
@@ -251,7 +251,7 @@ TEST_F(ConfigTest, ToJsonHasEveryKey) {
   std::vector<std::string> keys = TrainConfigKeys();
   EXPECT_EQ(json_keys, std::set<std::string>(keys.begin(), keys.end()));
   EXPECT_EQ(json["steps"], 200);
-  EXPECT_EQ(json["dtype"], "bf16");
+  EXPECT_EQ(json["dtype"], "bfloat16");
   EXPECT_EQ(json["async_checkpointing"], true);
   EXPECT_DOUBLE_EQ(json["adam_eps"].get<double>(), 1e-8);
 }
@@ -277,7 +277,7 @@ TEST_F(ConfigTest, ToJsonRoundTripsThroughOverrides) {
   original.adam_eps = 3.3e-9;
   original.async_checkpointing = false;
   original.deterministic = true;
-  original.dtype = "f32";
+  original.dtype = "float32";
 
   // Start from a file that differs everywhere it can, so that every key must
   // come from the overrides.
@@ -291,6 +291,25 @@ TEST_F(ConfigTest, ToJsonRoundTripsThroughOverrides) {
       LoadTrainConfig(WriteYaml(""), AsOverrides(ToJson(TrainConfig())));
   ASSERT_TRUE(defaults.ok()) << defaults.status().message();
   EXPECT_EQ(*defaults, TrainConfig());
+}
+
+// Every spelling of a dtype loads, and is kept as MaxText's.
+TEST_F(ConfigTest, DtypeTakesEverySpellingAndKeepsOne) {
+  for (const auto& [given, kept] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"bf16", "bfloat16"},
+           {"bfloat16", "bfloat16"},
+           {"f32", "float32"},
+           {"float32", "float32"},
+           {"Float32", "float32"}}) {
+    Result<TrainConfig> config =
+        LoadTrainConfig(WriteYaml(""), {"dtype=" + given});
+    ASSERT_TRUE(config.ok()) << config.status().message();
+    EXPECT_EQ(config->dtype, kept) << given;
+    EXPECT_TRUE(ValidateTrainConfig(*config).ok());
+    EXPECT_EQ(MatmulDType(*config),
+              kept == "float32" ? DType::kF32 : DType::kBF16);
+  }
 }
 
 TEST_F(ConfigTest, RunDirectory) {
@@ -324,7 +343,7 @@ TEST_F(ConfigTest, ValidationErrors) {
             "key 'cosine_learning_rate_final_fraction' = 1.5: expected a "
             "number >= 0 and <= 1");
   EXPECT_EQ(ValidateError(with([](TrainConfig& c) { c.dtype = "f16"; })),
-            "key 'dtype' = 'f16': expected bf16 or f32");
+            "key 'dtype' = 'f16': expected bfloat16 (bf16) or float32 (f32)");
   EXPECT_EQ(
       ValidateError(with([](TrainConfig& c) { c.checkpoint_period = 0; })),
       "key 'checkpoint_period' = 0: expected an integer >= 1");
@@ -364,7 +383,7 @@ TEST_F(ConfigTest, DescribeListsEveryKeyWithItsDefault) {
     EXPECT_NE(text.find("  " + key + " ("), std::string::npos) << key;
   }
   EXPECT_NE(text.find("  steps (int, default 200): "), std::string::npos);
-  EXPECT_NE(text.find("  dtype (string, default \"bf16\"): "),
+  EXPECT_NE(text.find("  dtype (string, default \"bfloat16\"): "),
             std::string::npos);
   EXPECT_NE(text.find("  adam_eps (float, default 1e-08): "),
             std::string::npos);

@@ -30,7 +30,7 @@ namespace multislice::train {
 struct StateObservation {
   double time = 0;    // Unix seconds
   std::string state;  // e.g. "ACTIVE", "PROVISIONING"
-  int attempt = 0;  // 0: not known
+  int attempt = 0;    // 0: not known
 };
 
 struct Goodput {

@@ -282,7 +282,7 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
   const int global_rows = config.per_device_batch_size * num_devices;
   const bool printer = rt.process_index() == 0;
   const std::string run_dir = RunDirectory(config);
-  const DType matmul_type = config.dtype == "f32" ? DType::kF32 : DType::kBF16;
+  const DType matmul_type = MatmulDType(config);
 
   for (size_t a = 0; a < rt.mesh().axis_names.size(); ++a) {
     if (rt.mesh().axis_names[a] == "tensor" && rt.mesh().shape[a] != 1) {
@@ -388,10 +388,15 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
     if (!options.quiet) {
       std::printf(
           "multislice train: %s, %lld parameters, mesh %s, %d device(s), "
-          "global batch %d x %d tokens, %s matmuls\n",
+          "global batch %d x %d tokens, %s\n",
           run_dir.c_str(), static_cast<long long>(N),
           MeshText(rt.mesh()).c_str(), num_devices, global_rows,
-          config.max_target_length, config.dtype.c_str());
+          config.max_target_length,
+          options.platform.empty() ? (config.dtype + " matmuls").c_str()
+                                   : options.platform.c_str());
+      for (const std::string& note : options.notes) {
+        std::printf("multislice train: %s\n", note.c_str());
+      }
       if (restored) {
         std::printf(
             "multislice train: resumed from checkpoint step %lld "

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "runtime/runtime.h"
@@ -42,6 +43,11 @@ struct TrainerOptions {
   // One device's measured bf16 (or f32, with dtype f32) matmul peak, FLOP/s;
   // MFU is reported against it (0: not reported).
   double peak_flops_per_device = 0;
+  // The machine in words for the first line, e.g. "CPU ..., ISA avx2,
+  // matmul bfloat16 via float32 kernels (avx2)" (empty: the dtype alone).
+  std::string platform;
+  // Lines printed after the first one ("note: ...").
+  std::vector<std::string> notes;
   bool show_progress = false;  // a progress bar on stdout (a terminal)
   bool quiet = false;          // no per-step lines (tests)
 };
@@ -51,7 +57,7 @@ struct TrainSummary {
   int64_t last_step = 0;
   int64_t restored_step = -1;          // the step restored, or -1
   std::string restored_from = "none";  // "none", "checkpoint" or "replica"
-  double seconds_to_first_step = 0;  // from RunTrainer's start
+  double seconds_to_first_step = 0;    // from RunTrainer's start
   double final_loss = 0;
   double final_val_loss = -1;    // -1 when never evaluated
   double mean_step_seconds = 0;  // over the steps after the first

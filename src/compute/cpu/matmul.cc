@@ -12,6 +12,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
@@ -44,12 +45,14 @@ void SetBf16Route(std::optional<Bf16Route> route) {
 }
 
 std::string MatmulRouteName(DType ab_type) {
-  const std::string isa(IsaName(ActiveIsa()));
-  if (ab_type == DType::kF32) return "f32 (" + isa + ")";
+  // f32 kernels use the vector level (AVX512_BF16 and AMX add nothing to
+  // them); native bf16 names the bf16 instructions.
+  const std::string vector_isa(IsaName(std::min(ActiveIsa(), Isa::kAvx512)));
+  if (ab_type == DType::kF32) return "float32 (" + vector_isa + ")";
   if (ActiveBf16Route() == Bf16Route::kNative) {
-    return "bf16 native (" + isa + ")";
+    return "bfloat16 native (" + std::string(IsaName(ActiveIsa())) + ")";
   }
-  return "bf16 via f32 kernels (" + isa + ")";
+  return "bfloat16 via float32 kernels (" + vector_isa + ")";
 }
 
 Status Gemm(const GemmDesc& desc, const void* a, const void* b, void* c,
@@ -85,13 +88,13 @@ Result<std::string> GemmImplName(const GemmDesc& desc) {
     cpu::GemmKey f32 = key;
     f32.ab_type = f32.c_type = DType::kF32;
     ASSIGN_OR_RETURN(std::string impl, cpu::DnnlImplName(f32));
-    return impl + " (bf16 widened to f32)";
+    return impl + " (bfloat16 widened to float32)";
   }
   if (key.ab_type == DType::kF32 && key.c_type == DType::kBF16) {
     cpu::GemmKey f32 = key;
     f32.c_type = DType::kF32;
     ASSIGN_OR_RETURN(std::string impl, cpu::DnnlImplName(f32));
-    return impl + " (f32 result, then rounded to bf16)";
+    return impl + " (float32 result, then rounded to bfloat16)";
   }
   return cpu::DnnlImplName(key);
 }

@@ -599,7 +599,8 @@ TEST(GroupFailureTest, MismatchedOperationsAreReportedAndGroupStaysUsable) {
   });
   for (const Status& s : statuses) {
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(s.message().find("allreduce of 10 float sum"), std::string::npos)
+    EXPECT_NE(s.message().find("allreduce of 10 float32 sum"),
+              std::string::npos)
         << s.message();
   }
   EXPECT_EQ(bufs[0][0], 1.0f);  // nothing was reduced
