@@ -1,5 +1,13 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test through CTest.
+#
+# The tests of compute/, model/ and train/ and the train and shardings command
+# tests run three times: at this CPU's own ISA level, then (CTest names
+# "Suite.Test@avx2" and "...@baseline", labels isa-avx2 and isa-baseline)
+# under MULTISLICE_MAX_ISA=avx2 and =baseline, which make the project's
+# kernels and oneDNN behave as on a CPU with only that level. So a machine
+# with AVX-512 or AMX proves the AVX2 and x86-64 baseline paths on every run.
+# Extra arguments go to ctest (e.g. -L isa-avx2, or -R Gemm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
