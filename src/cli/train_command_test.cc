@@ -352,6 +352,30 @@ TEST_F(TrainCommandTest, CheckpointReshardsOntoOtherMeshes) {
   ExpectClose(Losses(four), expected, 1e-5, "2x2 -> 1x4");
 }
 
+// A checkpoint written with the kernels capped at the x86-64 baseline (no
+// FMA, SSE2 element-wise code, oneDNN's SSE4.1 matmuls) restores with this
+// CPU's own kernels and continues as the run that never stopped, within the
+// rounding differences of the two levels.
+TEST_F(TrainCommandTest, CheckpointRestoresUnderAnotherIsaLevel) {
+  const std::string native = "MULTISLICE_MAX_ISA=" +
+                             std::string(IsaName(DetectedIsa()));
+  auto run = [&](const std::string& name) {
+    return std::vector<std::string>{"run_name=" + name, "steps=10",
+                                    "checkpoint_period=5", "--num_slices",
+                                    "1"};
+  };
+  const std::vector<double> unmoved =
+      Losses(Train(run("native"), "native", {native}));
+  ASSERT_EQ(unmoved.size(), 10u);
+  Train(run("moved"), "baseline", {"MULTISLICE_MAX_ISA=baseline"});
+  fs::remove_all(RunDir("moved") + "/checkpoints/10");
+  nlohmann::json resumed = Train(run("moved"), "moved", {native});
+  EXPECT_EQ(resumed.value("restored_step", int64_t{-1}), 5);
+  ExpectClose(Losses(resumed),
+              std::vector<double>(unmoved.begin() + 5, unmoved.end()), 1e-4,
+              "baseline -> " + native);
+}
+
 // A flipped byte, then a truncated shard, in the newest step: each is named
 // in one warning line and the previous complete step is restored.
 TEST_F(TrainCommandTest, CorruptCheckpointFallsBackToThePreviousStep) {
