@@ -1,13 +1,16 @@
 // One device's GPT-2 training step (forward, backward, gradient clipping and
-// AdamW) timed at a few model sizes, against the bf16 2048^3 matmul peak of
-// the same run: MFU = achieved GFLOP/s / peak GFLOP/s.
+// AdamW) timed at a few model sizes, against the 2048^3 matmul peak of the
+// same run in the step's dtype (on the route the step's matmuls take):
+// MFU = achieved GFLOP/s / peak GFLOP/s. The peer is bench/pytorch_gpt_step.py
+// (bench/compare_train_step.sh runs both).
 //
 // FLOPs per step: 6 * tokens * (L * (4C^2 + 2C * mlp) + C * V) for the
 // weight matmuls (forward 2x, backward 4x) plus 12 * L * T * C * tokens for
 // attention (the full T x T scores, as the GEMMs compute them).
 //
 // Usage: train_step_bench [--steps N] [--peak_reps N] [--f32] [--attention]
-//                         [--only B,T,C,NH,mlp,L]
+//                         [--only B,T,C,NH,mlp,L] [--json]
+// Under MULTISLICE_MAX_ISA it runs as on a CPU with only that level.
 #include <time.h>
 
 #include <algorithm>
@@ -16,11 +19,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "bench/peak.h"
+#include "common/cpu_isa.h"
 #include "common/dtype.h"
 #include "compute/adamw.h"
 #include "compute/gpt_ops.h"
@@ -93,12 +98,10 @@ StepTime TimeStep(const Size& s, DType matmul_type, int steps) {
       std::fprintf(stderr, "backward: %s\n", st.message().c_str());
       std::exit(1);
     }
-    const float scale = model::ClipScale(
-        multislice::compute::GlobalNorm(grads.data(), n), 1.0f);
-    if (scale != 1.0f) {
-      for (float& g : grads) g *= scale;
-    }
+    // As the trainer: the clipping scale applied inside AdamW's pass.
     multislice::compute::AdamWOptions opt;
+    opt.grad_scale = model::ClipScale(
+        multislice::compute::GlobalNorm(grads.data(), n), 1.0f);
     opt.lr = 1e-4f;
     multislice::compute::AdamWUpdate(params.data(), grads.data(), m.data(),
                                      v.data(), n, opt, step, mask.data());
@@ -160,6 +163,7 @@ std::pair<double, double> TimeAttention(const Size& s, DType matmul_type,
 int main(int argc, char** argv) {
   int steps = 10, peak_reps = 10;
   bool attention = false;  // also time one layer's attention alone
+  bool json = false;       // one JSON object per size instead of the table
   DType matmul_type = DType::kBF16;
   std::vector<Size> sizes = {
       {8, 128, 256, 4, 1024, 4}, {16, 128, 256, 4, 1024, 4},
@@ -176,6 +180,8 @@ int main(int argc, char** argv) {
       attention = true;
     } else if (arg == "--f32") {
       matmul_type = DType::kF32;
+    } else if (arg == "--json") {
+      json = true;
     } else if (arg == "--only" && i + 1 < argc) {
       Size s{};
       if (std::sscanf(argv[++i], "%d,%d,%d,%d,%d,%d", &s.B, &s.T, &s.C, &s.NH,
@@ -188,7 +194,7 @@ int main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: %s [--steps N] [--peak_reps N] [--f32] [--attention] "
-          "[--only B,T,C,NH,mlp,L]\n",
+          "[--only B,T,C,NH,mlp,L] [--json]\n",
           argv[0]);
       return 2;
     }
@@ -197,20 +203,24 @@ int main(int argc, char** argv) {
   multislice::compute::SetSingleThreaded();
   multislice::compute::GemmDesc peak_desc;
   peak_desc.m = peak_desc.n = peak_desc.k = 2048;
-  peak_desc.ab_type = DType::kBF16;
+  peak_desc.ab_type = matmul_type;
   peak_desc.c_type = DType::kF32;
   // The peak is measured again next to every size, so that both see the same
   // load on this shared host; per CPU second as well as per wall second
   // (the CPU-time rates, step and peak alike, are the steadier comparison
   // when other processes share the cores: cpu_share below 1).
-  std::printf(
-      "matmuls %s, median of %d steps; peak = bf16 2048^3 matmul "
-      "measured just before each row\n",
-      matmul_type == DType::kBF16 ? "bf16" : "f32", steps);
-  std::printf(
-      "%4s %4s %5s %3s %5s %2s %10s %8s %8s %8s %8s %6s %6s %6s %7s %7s\n", "B",
-      "T", "C", "NH", "mlp", "L", "GFLOP/step", "ms/step", "cpu_ms", "GFLOP/s",
-      "cpuGF/s", "peak", "cpuPk", "share", "MFU", "cpuMFU");
+  const std::string route = multislice::compute::MatmulRouteName(matmul_type);
+  if (!json) {
+    std::printf(
+        "%s, matmul %s; median of %d steps; peak = %s 2048^3 "
+        "matmul measured just before each row\n",
+        multislice::DescribeCpu().c_str(), route.c_str(), steps,
+        std::string(multislice::Name(matmul_type)).c_str());
+    std::printf(
+        "%4s %4s %5s %3s %5s %2s %10s %8s %8s %8s %8s %6s %6s %6s %7s %7s\n",
+        "B", "T", "C", "NH", "mlp", "L", "GFLOP/step", "ms/step", "cpu_ms",
+        "GFLOP/s", "cpuGF/s", "peak", "cpuPk", "share", "MFU", "cpuMFU");
+  }
   for (const Size& s : sizes) {
     gpt::GptConfig c;
     c.emb_dim = s.C;
@@ -226,6 +236,27 @@ int main(int argc, char** argv) {
     const StepTime st = TimeStep(s, matmul_type, steps);
     const double gflops = flops / st.wall * 1e-9;
     const double cpu_gflops = flops / st.cpu * 1e-9;
+    if (json) {
+      const nlohmann::json row = {
+          {"cpu", multislice::CpuModelName()},
+          {"isa", std::string(multislice::IsaName(multislice::ActiveIsa()))},
+          {"matmul", route},
+          {"B", s.B},
+          {"T", s.T},
+          {"C", s.C},
+          {"NH", s.NH},
+          {"mlp", s.mlp},
+          {"L", s.L},
+          {"gflop_per_step", flops * 1e-9},
+          {"step_time_s", st.wall},
+          {"step_cpu_s", st.cpu},
+          {"tokens_per_s", s.B * double{1} * s.T / st.wall},
+          {"peak_gflops", peak->median_gflops},
+          {"mfu", gflops / peak->median_gflops}};
+      std::printf("%s\n", row.dump().c_str());
+      std::fflush(stdout);
+      continue;
+    }
     std::printf(
         "%4d %4d %5d %3d %5d %2d %10.2f %8.2f %8.2f %8.1f %8.1f %6.0f %6.0f "
         "%6.2f %6.1f%% %6.1f%%\n",

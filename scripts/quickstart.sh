@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
-scripts/build.sh
+scripts/build.sh multislice   # the binary only; scripts/test.sh builds the tests
 build/bin/multislice train configs/quickstart.yml "$@"
 base=runs name=quickstart
 for arg in "$@"; do

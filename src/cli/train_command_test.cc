@@ -357,12 +357,11 @@ TEST_F(TrainCommandTest, CheckpointReshardsOntoOtherMeshes) {
 // CPU's own kernels and continues as the run that never stopped, within the
 // rounding differences of the two levels.
 TEST_F(TrainCommandTest, CheckpointRestoresUnderAnotherIsaLevel) {
-  const std::string native = "MULTISLICE_MAX_ISA=" +
-                             std::string(IsaName(DetectedIsa()));
+  const std::string native =
+      "MULTISLICE_MAX_ISA=" + std::string(IsaName(DetectedIsa()));
   auto run = [&](const std::string& name) {
     return std::vector<std::string>{"run_name=" + name, "steps=10",
-                                    "checkpoint_period=5", "--num_slices",
-                                    "1"};
+                                    "checkpoint_period=5", "--num_slices", "1"};
   };
   const std::vector<double> unmoved =
       Losses(Train(run("native"), "native", {native}));
@@ -481,6 +480,11 @@ TEST_F(TrainCommandTest, FirstLineNamesIsaAndMatmulRoute) {
                          0),
             0u)
       << out;
+  // Not a terminal: the step lines carry the ETA themselves.
+  EXPECT_NE(out.find("step 1/2  loss "), std::string::npos) << out;
+  const std::string step1 = out.substr(out.find("step 1/2  loss "));
+  EXPECT_NE(step1.substr(0, step1.find('\n')).find("  ETA "), std::string::npos)
+      << step1;
 
   nlohmann::json summary = Train(
       {"run_name=spelling", "steps=2", "dtype=float32", "--num_slices", "1"},

@@ -173,6 +173,11 @@ class Reporter {
       summary->mean_mfu = later_mfu_ / later_steps_;
       summary->tokens_per_second = tokens_per_step / summary->mean_step_seconds;
     }
+    if (step == first_step) {
+      first_step_start_ =
+          Clock::now() - std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double>(seconds));
+    }
     if (options_.quiet) return;
     const bool log = step % c.log_period == 0 || step == c.steps || val_loss;
     std::string line;
@@ -191,6 +196,15 @@ class Reporter {
       if (val_loss) {
         std::snprintf(buf, sizeof buf, "  val_loss %.4f", *val_loss);
         line += buf;
+      }
+      if (!options_.show_progress && step < c.steps) {
+        // Without a terminal's progress bar, each line says how long the
+        // rest will take at the pace so far (evaluations and checkpoints
+        // included).
+        const double per_step = SecondsSince(first_step_start_) /
+                                static_cast<double>(step - first_step + 1);
+        line += "  ETA " +
+                FormatDuration(per_step * static_cast<double>(c.steps - step));
       }
     }
     if (options_.show_progress) {
@@ -240,6 +254,7 @@ class Reporter {
   std::string run_dir_;
   std::vector<std::pair<double, double>> train_points_, val_points_;
   Clock::time_point start_ = Clock::now();
+  Clock::time_point first_step_start_ = Clock::now();
   Clock::time_point last_bar_{};
   double later_seconds_ = 0, later_mfu_ = 0;
   int64_t later_steps_ = 0;
