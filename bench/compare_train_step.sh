@@ -18,7 +18,8 @@
 #   bench/compare_train_step.sh --size 8,128,384,6,1536,4 --dtype bfloat16
 #
 # Needs: build/bin/train_step_bench (scripts/build.sh) and the peer's packages
-# (scripts/install_deps.sh --peer: python3-torch, libopenblas0-pthread).
+# (python3-torch, libopenblas0-pthread), which it installs with
+# scripts/install_deps.sh --peer when torch is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,6 +51,7 @@ esac
 IFS=, read -r B T C NH MLP L <<<"$size"
 [ -n "${L:-}" ] || { echo "compare_train_step.sh: --size: expected B,T,C,NH,mlp,L, got '$size'" >&2; exit 2; }
 [ -x build/bin/train_step_bench ] || { echo "compare_train_step.sh: build/bin/train_step_bench is missing: run scripts/build.sh" >&2; exit 2; }
+/usr/bin/python3 -c 'import torch' 2>/dev/null || scripts/install_deps.sh --peer
 /usr/bin/python3 -c 'import torch' 2>/dev/null || { echo "compare_train_step.sh: /usr/bin/python3 cannot import torch: run scripts/install_deps.sh --peer" >&2; exit 2; }
 
 field() { /usr/bin/python3 -c "import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }

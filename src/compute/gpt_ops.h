@@ -65,6 +65,17 @@ void GeluForwardBf16(float* out, std::uint16_t* out16, const float* inp,
 void GeluBackwardOverwrite(float* dinp, std::uint16_t* dinp16, const float* inp,
                            const float* dout, std::int64_t n);
 
+// The forward that keeps only what the backward needs: GELU(x) into out
+// (when non-null) and its bf16 rounding into out16 (when non-null), and x
+// overwritten with GELU'(x), from the one sigmoid both share. Then
+// GeluBackwardFromGrad writes (=) dinp = dout * GELU'(x), and its bf16 copy
+// into dinp16 when non-null: a multiply instead of recomputing the GELU.
+// Values equal GeluForward's and GeluBackward's.
+void GeluForwardSaveGrad(float* x, float* out, std::uint16_t* out16,
+                         std::int64_t n);
+void GeluBackwardFromGrad(float* dinp, std::uint16_t* dinp16, const float* grad,
+                          const float* dout, std::int64_t n);
+
 // y = x rounded to bf16 (nearest even, NaN kept a NaN), the operands of the
 // bf16 matmuls. With AVX512-BF16 (one instruction per 32 values) f32
 // subnormals (|x| < 2^-126) round to zero; otherwise as compute::Convert.

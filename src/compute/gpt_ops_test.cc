@@ -741,6 +741,21 @@ TEST_P(GptOpsTest, FusedGeluFormsMatchPlainOnes) {
       EXPECT_EQ(dx3[i], dx[i]) << i;
       EXPECT_EQ(dx16[i], dwant16[i]) << i;
     }
+    // The forward that keeps GELU'(x) in x, and the backward's multiply.
+    std::vector<float> saved = x, y3(n), dx4(n, 7.0f);
+    std::vector<std::uint16_t> y16_saved(n), dx16_saved(n);
+    GeluForwardSaveGrad(saved.data(), y3.data(), y16_saved.data(), len);
+    GeluBackwardFromGrad(dx4.data(), dx16_saved.data(), saved.data(), dy.data(),
+                         len);
+    std::vector<float> one(n, 1.0f), grad(n, 0.0f);
+    GeluBackward(grad.data(), x.data(), one.data(), len);
+    for (std::size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(y3[i], y[i]) << i;
+      EXPECT_EQ(y16_saved[i], want16[i]) << i;
+      EXPECT_EQ(saved[i], grad[i]) << "GELU'(x) at " << i;
+      EXPECT_EQ(dx4[i], dx[i]) << i;
+      EXPECT_EQ(dx16_saved[i], dwant16[i]) << i;
+    }
   }
 }
 

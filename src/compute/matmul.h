@@ -53,6 +53,12 @@ struct GemmDesc {
                       // 1: accumulate into C; any other finite value scales
   bool sigmoid = false;
   bool bias = false;  // add Gemm's bias vector (n f32 values) to every row
+  // Last, element by element with Gemm's f32 [m, n] operand D (row stride
+  // ldd, 0: n): C = C + D or C = C * D (a residual add, a gradient times a
+  // saved derivative), in the same pass over C. C must be f32.
+  enum class Epilogue { kNone, kAdd, kMultiply };
+  Epilogue epilogue = Epilogue::kNone;
+  int64_t ldd = 0;
 };
 
 // Runs one matmul. kInvalidArgument (naming the GemmDesc field) for
@@ -61,9 +67,10 @@ struct GemmDesc {
 // create the primitive (the message says why); kFailedPrecondition when the
 // native bf16 route is forced on a CPU without it. Blocks until C is written.
 // `bias` (n f32 values, added to every row of the product) is read when
-// desc.bias is set and must then be non-null.
+// desc.bias is set, and `d` (not overlapping C) when desc.epilogue is set;
+// each must then be non-null.
 Status Gemm(const GemmDesc& desc, const void* a, const void* b, void* c,
-            const float* bias = nullptr);
+            const float* bias = nullptr, const float* d = nullptr);
 
 // How Gemm runs bf16 operands.
 enum class Bf16Route {

@@ -112,12 +112,19 @@ void CheckGemm(const GemmDesc& desc, bool padded, uint32_t seed) {
   std::vector<float> bias(desc.n);
   std::uniform_real_distribution<float> bias_dist(-2.0f, 2.0f);
   for (float& v : bias) v = bias_dist(rng);
+  // The epilogue's D, with a padded row stride when C is padded.
+  const int64_t ldd = padded ? desc.n + 7 : desc.n;
+  std::vector<float> d(desc.m * ldd);
+  for (float& v : d) v = bias_dist(rng);
   GemmDesc run = desc;
   run.lda = padded ? lda : 0;
   run.ldb = padded ? ldb : 0;
   run.ldc = padded ? ldc : 0;
-  Status status = Gemm(run, a.storage.data(), b.storage.data(),
-                       c.storage.data(), desc.bias ? bias.data() : nullptr);
+  run.ldd = padded ? ldd : 0;
+  const bool has_d = desc.epilogue != GemmDesc::Epilogue::kNone;
+  Status status =
+      Gemm(run, a.storage.data(), b.storage.data(), c.storage.data(),
+           desc.bias ? bias.data() : nullptr, has_d ? d.data() : nullptr);
   ASSERT_TRUE(status.ok()) << status.message();
   int bad = 0;
   for (int64_t i = 0; i < desc.m; ++i) {
@@ -141,6 +148,14 @@ void CheckGemm(const GemmDesc& desc, bool padded, uint32_t seed) {
         expected = Sigmoid(z);
         // sigmoid' <= 1/4; oneDNN's logistic adds a few f32 ulps.
         bound = 0.25 * bound + 1e-6;
+      }
+      const double d_ij = d[i * ldd + j];
+      if (desc.epilogue == GemmDesc::Epilogue::kAdd) {
+        expected += d_ij;
+        bound += 1e-6 * std::fabs(d_ij);
+      } else if (desc.epilogue == GemmDesc::Epilogue::kMultiply) {
+        expected *= d_ij;
+        bound *= std::fabs(d_ij);
       }
       if (desc.c_type == DType::kBF16) {
         double rounded = bf16::ToFloat(bf16::FromFloat(expected));
@@ -417,6 +432,45 @@ TEST(GemmTest, BiasIsAddedToEveryRowBeforeAlpha) {
   Status s = Gemm(desc, buf.data(), buf.data(), buf.data(), nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("bias"), std::string::npos) << s.message();
+}
+
+// The epilogue adds or multiplies D after everything else, on every route,
+// with the bias, beta and the sigmoid, and a padded D.
+TEST(GemmTest, EpilogueAddsOrMultipliesDLast) {
+  uint32_t seed = 60;
+  for (Bf16Route route : RunnableRoutes()) {
+    ScopedRoute forced(route);
+    for (DType ab : {DType::kF32, DType::kBF16}) {
+      for (auto epilogue :
+           {GemmDesc::Epilogue::kAdd, GemmDesc::Epilogue::kMultiply}) {
+        for (bool variant : {false, true}) {
+          GemmDesc desc;
+          desc.m = 33;
+          desc.n = 65;
+          desc.k = 17;
+          desc.transpose_a = variant;
+          desc.ab_type = ab;
+          desc.epilogue = epilogue;
+          desc.bias = variant;
+          desc.beta = variant ? 1.0f : 0.0f;
+          desc.sigmoid = variant;
+          CheckGemm(desc, variant, seed++);
+        }
+      }
+    }
+  }
+  GemmDesc desc;
+  desc.m = desc.n = desc.k = 4;
+  desc.epilogue = GemmDesc::Epilogue::kAdd;
+  std::vector<float> buf(64);
+  Status s = Gemm(desc, buf.data(), buf.data(), buf.data());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("D is null"), std::string::npos) << s.message();
+  desc.c_type = DType::kBF16;
+  s = Gemm(desc, buf.data(), buf.data(), buf.data(), nullptr, buf.data());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("GemmDesc.epilogue"), std::string::npos)
+      << s.message();
 }
 
 // A larger A than one 8 MiB f32 panel (1100 rows of k = 2048: two panels,

@@ -73,41 +73,49 @@ class GptModel::Matmul {
 
   // C[m,n] (beta 0: =, beta 1: +=) op(A)[m,k] @ op(B)[k,n], dense operands.
   Status Run(compute::GemmDesc desc, Operand a, Operand b, float* c,
-             const float* bias = nullptr) {
+             const float* bias = nullptr, const float* d = nullptr) {
     desc.c_type = DType::kF32;
     desc.ab_type = ab_type_;
     if (ab_type_ == DType::kF32) {
-      return compute::Gemm(desc, a.f32, b.f32, c, bias);
+      return compute::Gemm(desc, a.f32, b.f32, c, bias, d);
     }
     if (a.bf16 == nullptr) a = Prepare(a.f32, desc.m * desc.k, a16_);
     if (b.bf16 == nullptr) b = Prepare(b.f32, desc.k * desc.n, b16_);
-    return compute::Gemm(desc, a.bf16, b.bf16, c, bias);
+    return compute::Gemm(desc, a.bf16, b.bf16, c, bias, d);
   }
 
-  // out[N,OC] = inp[N,IC] @ weight[IC,OC] (+ bias).
+  // out[N,OC] = inp[N,IC] @ weight[IC,OC] (+ bias) (+ residual[N,OC]): the
+  // bias and the residual are added in the matmul's epilogue.
   Status LinearForward(float* out, Operand inp, Operand weight,
-                       const float* bias, int64_t N, int64_t IC, int64_t OC) {
+                       const float* bias, int64_t N, int64_t IC, int64_t OC,
+                       const float* residual = nullptr) {
     compute::GemmDesc desc;
     desc.m = N;
     desc.n = OC;
     desc.k = IC;
-    desc.bias = bias != nullptr;  // added by the matmul's epilogue
-    return Run(desc, inp, weight, out, bias);
+    desc.bias = bias != nullptr;
+    if (residual != nullptr) desc.epilogue = compute::GemmDesc::Epilogue::kAdd;
+    return Run(desc, inp, weight, out, bias, residual);
   }
 
-  // dinp[N,IC] (dinp_beta 0: =, 1: +=) dout[N,OC] @ weight^T;
-  // dweight[IC,OC] += inp^T @ dout; dbias[OC] += column sums of dout (when
-  // non-null).
+  // dinp[N,IC] (dinp_beta 0: =, 1: +=) dout[N,OC] @ weight^T, times
+  // dinp_scale[N,IC] element by element when non-null (an activation's
+  // derivative, in the matmul's epilogue); dweight[IC,OC] += inp^T @ dout;
+  // dbias[OC] += column sums of dout (when non-null).
   Status LinearBackward(float* dinp, float dinp_beta, float* dweight,
                         float* dbias, Operand dout, Operand inp, Operand weight,
-                        int64_t N, int64_t IC, int64_t OC) {
+                        int64_t N, int64_t IC, int64_t OC,
+                        const float* dinp_scale = nullptr) {
     compute::GemmDesc dx;
     dx.m = N;
     dx.n = IC;
     dx.k = OC;
     dx.transpose_b = true;  // weight is [IC,OC] = [n,k]
     dx.beta = dinp_beta;
-    RETURN_IF_ERROR(Run(dx, dout, weight, dinp));
+    if (dinp_scale != nullptr) {
+      dx.epilogue = compute::GemmDesc::Epilogue::kMultiply;
+    }
+    RETURN_IF_ERROR(Run(dx, dout, weight, dinp, nullptr, dinp_scale));
     compute::GemmDesc dw;
     dw.m = IC;
     dw.n = OC;
@@ -239,12 +247,11 @@ struct LayerActivations {
   std::vector<float> qkv;                      // [N,3C]
   std::vector<float> atty;                     // [N,C]
   std::vector<float> att;                      // [B,NH,T,T] softmax
-  std::vector<float> attproj;                  // [N,C]
   std::vector<float> residual2;                // [N,C]
   std::vector<float> ln2, ln2_mean, ln2_rstd;  // [N,C], [N], [N]
-  std::vector<float> fch;                      // [N,mlp]
+  // [N,mlp]: the fc matmul's output, then GELU'(that) for the backward.
+  std::vector<float> fch;
   std::vector<float> fch_gelu;   // [N,mlp]; f32 matmuls only (bf16 keep *_16)
-  std::vector<float> fcproj;     // [N,C]
   std::vector<float> residual3;  // [N,C]
   std::vector<uint16_t> ln1_16, qkv_16, atty_16, ln2_16, fch_gelu_16;
 };
@@ -277,14 +284,12 @@ void SizeLayer(LayerActivations& a, int64_t N, int64_t C, int64_t H,
   a.qkv.assign(N * 3 * C, 0.0f);
   a.atty.assign(N * C, 0.0f);
   a.att.assign(att, 0.0f);
-  a.attproj.assign(N * C, 0.0f);
   a.residual2.assign(N * C, 0.0f);
   a.ln2.assign(N * C, 0.0f);
   a.ln2_mean.assign(N, 0.0f);
   a.ln2_rstd.assign(N, 0.0f);
   a.fch.assign(N * H, 0.0f);
   a.fch_gelu.assign(f32_gelu ? N * H : 0, 0.0f);
-  a.fcproj.assign(N * C, 0.0f);
   a.residual3.assign(N * C, 0.0f);
 }
 }  // namespace
@@ -337,7 +342,7 @@ Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
     a.layers.resize(L);
     const bool f32 = mm_type == DType::kF32;
     for (LayerActivations& la : a.layers) SizeLayer(la, N, C, H, att, f32);
-    SizeLayer(a.dlayer, N, C, H, 0, true);
+    SizeLayer(a.dlayer, N, C, H, 0, false);
     a.lnf.assign(N * C, 0.0f);
     a.lnf_mean.assign(N, 0.0f);
     a.lnf_rstd.assign(N, 0.0f);
@@ -380,30 +385,33 @@ Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
     RETURN_IF_ERROR(ops::AttentionForward(la.atty.data(), la.att.data(),
                                           a.att_scratch.data(), la.qkv.data(),
                                           B, T, C, NH, mm_type, qkv16));
+    // residual2 = residual + attn_proj(...), the add in the matmul.
     RETURN_IF_ERROR(matmul_->LinearForward(
-        la.attproj.data(), matmul_->Prepare(la.atty.data(), N * C, la.atty_16),
-        pw(kAttnProjW), p(kAttnProjB), N, C, C));
-    ops::ResidualForward(la.residual2.data(), residual, la.attproj.data(),
-                         N * C);
+        la.residual2.data(),
+        matmul_->Prepare(la.atty.data(), N * C, la.atty_16), pw(kAttnProjW),
+        p(kAttnProjB), N, C, C, residual));
     ops::LayerNormForward(la.ln2.data(), la.ln2_mean.data(), la.ln2_rstd.data(),
                           la.residual2.data(), p(kLn2W), p(kLn2B), N, C);
     RETURN_IF_ERROR(matmul_->LinearForward(
         la.fch.data(), matmul_->Prepare(la.ln2.data(), N * C, la.ln2_16),
         pw(kFcW), p(kFcB), N, C, H));
+    // GELU, and its derivative kept in fch's place for the backward (one
+    // sigmoid for both).
     Matmul::Operand gelu{la.fch_gelu.data(), nullptr};
     if (mm_type == DType::kF32) {
-      ops::GeluForward(la.fch_gelu.data(), la.fch.data(), N * H);
+      ops::GeluForwardSaveGrad(la.fch.data(), la.fch_gelu.data(), nullptr,
+                               N * H);
     } else {
       // Only the bf16 copy is read again (fc_proj and its weight gradient).
       Reserve(la.fch_gelu_16, N * H);
-      ops::GeluForwardBf16(nullptr, la.fch_gelu_16.data(), la.fch.data(),
-                           N * H);
+      ops::GeluForwardSaveGrad(la.fch.data(), nullptr, la.fch_gelu_16.data(),
+                               N * H);
       gelu.bf16 = la.fch_gelu_16.data();
     }
-    RETURN_IF_ERROR(matmul_->LinearForward(la.fcproj.data(), gelu, pw(kFcProjW),
-                                           p(kFcProjB), N, H, C));
-    ops::ResidualForward(la.residual3.data(), la.residual2.data(),
-                         la.fcproj.data(), N * C);
+    // residual3 = residual2 + fc_proj(gelu), the add in the matmul.
+    RETURN_IF_ERROR(matmul_->LinearForward(la.residual3.data(), gelu,
+                                           pw(kFcProjW), p(kFcProjB), N, H, C,
+                                           la.residual2.data()));
     residual = la.residual3.data();
   }
   const size_t lnf_index = layout_.size() - 2;
@@ -489,21 +497,15 @@ Status GptModel::Backward(const float* params, float* grads) {
     auto p = [&](int index) { return params + LayerOffset(l, index); };
     auto pw = [&](int index) { return w(LayerOffset(l, index)); };
     auto g = [&](int index) { return grads + LayerOffset(l, index); };
-    // residual3 = residual2 + fcproj: both get dresidual.
+    // residual3 = residual2 + fc_proj(...): both get dresidual.
+    // d.fch = (dresidual @ fc_proj.w^T) * GELU'(fch): the GELU's backward is
+    // the matmul's epilogue, with the derivative the forward kept in fch.
     RETURN_IF_ERROR(matmul_->LinearBackward(
-        d.fch_gelu.data(), 0.0f, g(kFcProjW), g(kFcProjB),
+        d.fch.data(), 0.0f, g(kFcProjW), g(kFcProjB),
         matmul_->Prepare(a.dresidual.data(), N * C, a.dout16),
         Operand{la.fch_gelu.data(), la.fch_gelu_16.data()}, pw(kFcProjW), N, H,
-        C));
-    // d.fch = (overwritten, no zeroing) and its bf16 copy in the same pass.
-    uint16_t* dfch16 = nullptr;
-    if (mm_type != DType::kF32) {
-      Reserve(a.dout16, N * H);
-      dfch16 = a.dout16.data();
-    }
-    ops::GeluBackwardOverwrite(d.fch.data(), dfch16, la.fch.data(),
-                               d.fch_gelu.data(), N * H);
-    const Operand dfch{d.fch.data(), dfch16};
+        C, la.fch.data()));
+    const Operand dfch = matmul_->Prepare(d.fch.data(), N * H, a.dout16);
     RETURN_IF_ERROR(matmul_->LinearBackward(
         d.ln2.data(), 0.0f, g(kFcW), g(kFcB), dfch,
         Operand{la.ln2.data(), la.ln2_16.data()}, pw(kFcW), N, C, H));
@@ -512,7 +514,7 @@ Status GptModel::Backward(const float* params, float* grads) {
     ops::LayerNormBackward(d.residual2.data(), g(kLn2W), g(kLn2B), d.ln2.data(),
                            la.residual2.data(), p(kLn2W), la.ln2_mean.data(),
                            la.ln2_rstd.data(), N, C);
-    // residual2 = block_input + attproj.
+    // residual2 = block_input + attn_proj(...).
     RETURN_IF_ERROR(matmul_->LinearBackward(
         d.atty.data(), 0.0f, g(kAttnProjW), g(kAttnProjB),
         matmul_->Prepare(d.residual2.data(), N * C, a.dout16),

@@ -46,9 +46,11 @@ struct GemmKeyHash {
     mix(key.ldc);
     mix((key.transpose_a ? 1u : 0u) | (key.transpose_b ? 2u : 0u) |
         (key.sigmoid ? 4u : 0u) | (key.bias ? 128u : 0u) |
+        (static_cast<unsigned>(key.epilogue) << 8) |
         (static_cast<unsigned>(key.ab_type) << 3) |
         (static_cast<unsigned>(key.c_type) << 5));
     mix((static_cast<uint64_t>(key.alpha_bits) << 32) | key.beta_bits);
+    mix(key.ldd);
     return h;
   }
 };
@@ -57,8 +59,12 @@ struct GemmKeyHash {
 // data handles.
 struct CachedGemm {
   dnnl::matmul primitive;
-  memory a, b, c, bias, scratchpad;
+  memory a, b, c, bias, d, scratchpad;
   size_t scratchpad_bytes = 0;
+  // The execute arguments, built once: they share the memory objects above,
+  // so a call only swaps data handles (no map is built per call: attention
+  // makes over a thousand small calls a step).
+  std::unordered_map<int, memory> args;
 };
 
 struct FreeDeleter {
@@ -108,6 +114,17 @@ bool ValidType(DType t) { return t == DType::kF32 || t == DType::kBF16; }
 
 std::string Str(int64_t v) { return std::to_string(v); }
 
+// The epilogue's place in the post-op chain (after the sum and the sigmoid).
+int EpiloguePostOp(const GemmKey& key) {
+  return (key.beta_bits != 0 ? 1 : 0) + (key.sigmoid ? 1 : 0);
+}
+
+// D of the epilogue: f32 [m, n] with row stride ldd.
+memory::desc EpilogueDesc(const GemmKey& key) {
+  return memory::desc({key.m, key.n}, memory::data_type::f32,
+                      memory::dims{key.ldd, 1});
+}
+
 dnnl::matmul::primitive_desc MakePrimitiveDesc(const GemmKey& key,
                                                const dnnl::engine& engine) {
   // Logical shapes are always A[m, k], B[k, n], C[m, n]; a transpose is only
@@ -129,6 +146,12 @@ dnnl::matmul::primitive_desc MakePrimitiveDesc(const GemmKey& key,
   if (key.beta_bits != 0) ops.append_sum(beta);
   if (key.sigmoid) {
     ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_logistic, 0.0f, 0.0f);
+  }
+  if (key.epilogue != GemmDesc::Epilogue::kNone) {
+    ops.append_binary(key.epilogue == GemmDesc::Epilogue::kAdd
+                          ? dnnl::algorithm::binary_add
+                          : dnnl::algorithm::binary_mul,
+                      EpilogueDesc(key));
   }
   attr.set_post_ops(ops);
   if (key.bias) {
@@ -157,6 +180,17 @@ Result<CachedGemm*> Lookup(ThreadState& state, const GemmKey& key) {
     }
     entry.scratchpad = memory(pd.scratchpad_desc(), state.engine, nullptr);
     entry.scratchpad_bytes = pd.scratchpad_desc().get_size();
+    entry.args = {{DNNL_ARG_SRC, entry.a},
+                  {DNNL_ARG_WEIGHTS, entry.b},
+                  {DNNL_ARG_DST, entry.c},
+                  {DNNL_ARG_SCRATCHPAD, entry.scratchpad}};
+    if (key.bias) entry.args.emplace(DNNL_ARG_BIAS, entry.bias);
+    if (key.epilogue != GemmDesc::Epilogue::kNone) {
+      entry.d = memory(EpilogueDesc(key), state.engine, nullptr);
+      entry.args.emplace(
+          DNNL_ARG_ATTR_MULTIPLE_POST_OP(EpiloguePostOp(key)) | DNNL_ARG_SRC_1,
+          entry.d);
+    }
     return &state.cache.emplace(key, std::move(entry)).first->second;
   } catch (const dnnl::error& e) {
     return Internal("oneDNN cannot create a " + Describe(key) + ": " +
@@ -238,6 +272,20 @@ Status MakeKey(const GemmDesc& d, GemmKey* key) {
   key->transpose_b = d.transpose_b;
   key->sigmoid = d.sigmoid;
   key->bias = d.bias;
+  key->epilogue = d.epilogue;
+  key->ldd = 0;
+  if (d.epilogue != GemmDesc::Epilogue::kNone) {
+    if (d.c_type != DType::kF32) {
+      return InvalidArgument(
+          "GemmDesc.epilogue: needs an f32 C (c_type is bfloat16)");
+    }
+    if (d.ldd != 0 && d.ldd < d.n) {
+      return InvalidArgument("GemmDesc.ldd: " + Str(d.ldd) +
+                             " is less than n = " + Str(d.n) +
+                             " (D is stored [m, n])");
+    }
+    key->ldd = d.ldd != 0 ? d.ldd : d.n;
+  }
   key->ab_type = d.ab_type;
   key->c_type = d.c_type;
   key->alpha_bits = std::bit_cast<uint32_t>(d.alpha);
@@ -253,8 +301,7 @@ std::string Describe(const GemmKey& key) {
          std::string(Name(key.c_type));
 }
 
-Status RunDnnl(const GemmKey& key, const void* a, const void* b, void* c,
-               const float* bias) {
+Status RunDnnl(const GemmKey& key, const GemmArgs& args) {
   ThreadState& state = State();
   ASSIGN_OR_RETURN(CachedGemm * gemm, Lookup(state, key));
   void* scratchpad =
@@ -265,20 +312,15 @@ Status RunDnnl(const GemmKey& key, const void* a, const void* b, void* c,
   }
   try {
     // oneDNN takes non-const handles but only reads sources and weights.
-    gemm->a.set_data_handle(const_cast<void*>(a));
-    gemm->b.set_data_handle(const_cast<void*>(b));
-    gemm->c.set_data_handle(c);
+    gemm->a.set_data_handle(const_cast<void*>(args.a));
+    gemm->b.set_data_handle(const_cast<void*>(args.b));
+    gemm->c.set_data_handle(args.c);
     gemm->scratchpad.set_data_handle(scratchpad);
-    std::unordered_map<int, memory> args = {
-        {DNNL_ARG_SRC, gemm->a},
-        {DNNL_ARG_WEIGHTS, gemm->b},
-        {DNNL_ARG_DST, gemm->c},
-        {DNNL_ARG_SCRATCHPAD, gemm->scratchpad}};
-    if (key.bias) {
-      gemm->bias.set_data_handle(const_cast<float*>(bias));
-      args.emplace(DNNL_ARG_BIAS, gemm->bias);
+    if (key.bias) gemm->bias.set_data_handle(const_cast<float*>(args.bias));
+    if (key.epilogue != GemmDesc::Epilogue::kNone) {
+      gemm->d.set_data_handle(const_cast<float*>(args.d));
     }
-    gemm->primitive.execute(state.stream, args);
+    gemm->primitive.execute(state.stream, gemm->args);
     state.stream.wait();
   } catch (const dnnl::error& e) {
     return Internal("oneDNN failed to run a " + Describe(key) + ": " +

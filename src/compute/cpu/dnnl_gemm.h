@@ -20,6 +20,8 @@ namespace multislice::compute::cpu {
 struct GemmKey {
   int64_t m, n, k, lda, ldb, ldc;
   bool transpose_a, transpose_b, sigmoid, bias;
+  GemmDesc::Epilogue epilogue;
+  int64_t ldd;  // D's row stride (resolved), when there is an epilogue
   DType ab_type, c_type;
   uint32_t alpha_bits, beta_bits;  // beta_bits == 0: overwrite C
 
@@ -32,12 +34,19 @@ Status MakeKey(const GemmDesc& desc, GemmKey* key);
 // "matmul m=.. n=.. k=.. A^T bfloat16->float32", for messages.
 std::string Describe(const GemmKey& key);
 
+// The operands of one call: bias when key.bias, d when key.epilogue.
+struct GemmArgs {
+  const void* a;
+  const void* b;
+  void* c;
+  const float* bias = nullptr;
+  const float* d = nullptr;
+};
+
 // Runs `key` through oneDNN's matmul primitive on the calling thread: the
-// operands in the key's types as they are (bias: n f32 values when
-// key.bias). kInternal when oneDNN cannot create or run it. The first call
-// on a thread makes it single-threaded.
-Status RunDnnl(const GemmKey& key, const void* a, const void* b, void* c,
-               const float* bias);
+// operands in the key's types as they are. kInternal when oneDNN cannot
+// create or run it. The first call on a thread makes it single-threaded.
+Status RunDnnl(const GemmKey& key, const GemmArgs& args);
 
 // oneDNN's implementation of `key`, e.g. "brg:avx512_core_amx_bf16".
 Result<std::string> DnnlImplName(const GemmKey& key);

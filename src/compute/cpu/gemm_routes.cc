@@ -72,21 +72,20 @@ Status WithF32Rows(const GemmKey& key, void* c, int64_t row0, int64_t rows,
 
 }  // namespace
 
-Status RunBf16ViaF32(const GemmKey& key, const void* a, const void* b, void* c,
-                     const float* bias) {
+Status RunBf16ViaF32(const GemmKey& key, const GemmArgs& args) {
   // B, whole, keeping its stored orientation.
   const int64_t b_rows = key.transpose_b ? key.n : key.k;
   const int64_t b_cols = key.transpose_b ? key.k : key.n;
   const int64_t b_bytes = b_rows * b_cols * int64_t{sizeof(float)};
   auto* b32 = static_cast<float*>(ThreadBuffer(BufferSlot::kB, b_bytes));
   if (b32 == nullptr) return OutOfMemory(b_bytes, "f32 copy of B");
-  WidenRows(static_cast<const uint16_t*>(b), key.ldb, b_rows, b_cols, b32);
+  WidenRows(static_cast<const uint16_t*>(args.b), key.ldb, b_rows, b_cols, b32);
 
   const int64_t panel_rows = PanelRows(key);
   const int64_t a_bytes = panel_rows * key.k * int64_t{sizeof(float)};
   auto* a32 = static_cast<float*>(ThreadBuffer(BufferSlot::kA, a_bytes));
   if (a32 == nullptr) return OutOfMemory(a_bytes, "f32 panel of A");
-  const auto* a16 = static_cast<const uint16_t*>(a);
+  const auto* a16 = static_cast<const uint16_t*>(args.a);
   for (int64_t row0 = 0; row0 < key.m; row0 += panel_rows) {
     const int64_t rows = std::min(panel_rows, key.m - row0);
     GemmKey panel = key;
@@ -107,21 +106,24 @@ Status RunBf16ViaF32(const GemmKey& key, const void* a, const void* b, void* c,
       panel.lda = key.k;
     }
     RETURN_IF_ERROR(
-        WithF32Rows(key, c, row0, rows, [&](float* c32, int64_t ldc) {
+        WithF32Rows(key, args.c, row0, rows, [&](float* c32, int64_t ldc) {
           panel.ldc = ldc;
-          return RunDnnl(panel, a32, b32, c32, bias);
+          GemmArgs panel_args{a32, b32, c32, args.bias, nullptr};
+          if (args.d != nullptr) panel_args.d = args.d + row0 * key.ldd;
+          return RunDnnl(panel, panel_args);
         }));
   }
   return OkStatus();
 }
 
-Status RunF32ToBf16(const GemmKey& key, const void* a, const void* b, void* c,
-                    const float* bias) {
-  return WithF32Rows(key, c, 0, key.m, [&](float* c32, int64_t ldc) {
+Status RunF32ToBf16(const GemmKey& key, const GemmArgs& args) {
+  return WithF32Rows(key, args.c, 0, key.m, [&](float* c32, int64_t ldc) {
     GemmKey f32 = key;
     f32.c_type = DType::kF32;
     f32.ldc = ldc;
-    return RunDnnl(f32, a, b, c32, bias);
+    GemmArgs f32_args = args;
+    f32_args.c = c32;
+    return RunDnnl(f32, f32_args);
   });
 }
 

@@ -13,12 +13,10 @@ namespace multislice::compute::cpu {
 // and each panel's rows of C are computed by oneDNN's f32 kernel; a bf16 C
 // is computed in f32 and rounded once. The values are those of a native bf16
 // matmul up to the order of f32 accumulation.
-Status RunBf16ViaF32(const GemmKey& key, const void* a, const void* b, void* c,
-                     const float* bias);
+Status RunBf16ViaF32(const GemmKey& key, const GemmArgs& args);
 
 // f32 operands with a bf16 C (oneDNN 2.6 has no f32 x f32 -> bf16 kernel):
 // C in f32 in a per-thread buffer, rounded to bf16 afterwards.
-Status RunF32ToBf16(const GemmKey& key, const void* a, const void* b, void* c,
-                    const float* bias);
+Status RunF32ToBf16(const GemmKey& key, const GemmArgs& args);
 
 }  // namespace multislice::compute::cpu

@@ -153,11 +153,13 @@ struct GeluForwardKernel {
   }
 };
 
+// GELU'(x); with `value`, also GELU(x) = x s from the same sigmoid.
 template <typename Tag>
-MS_INLINE F16 GeluGrad(Tag tag, const F16& x) {
+MS_INLINE F16 GeluGrad(Tag tag, const F16& x, F16* value = nullptr) {
   const F16 z = (2.0f * kGeluScale) * (x + kGeluCubic * x * x * x);
   F16 s, oms;
   Sigmoid(tag, z, s, oms);
+  if (value != nullptr) *value = x * s;
   const F16 dz_dx = (2.0f * kGeluScale) * (1.0f + (3.0f * kGeluCubic) * x * x);
   const F16 tail = (x * s) * (oms * dz_dx);
   // Where the sigmoid saturates (|z| >= 104, so |x| > 13) the second term is
@@ -219,6 +221,53 @@ struct GeluBackwardBf16Kernel {
       const int rest = static_cast<int>(n - i);
       const F16 g =
           GeluGrad(tag, LoadPart(inp + i, rest)) * LoadPart(dout + i, rest);
+      StorePart(dinp + i, g, rest);
+      if (dinp16 != nullptr) StoreBf16(tag, dinp16 + i, g, rest);
+    }
+  }
+};
+
+// GELU(x) and GELU'(x) from one sigmoid.
+template <typename Tag>
+MS_INLINE void GeluAndGrad(Tag tag, const F16& x, F16& y, F16& dy) {
+  dy = GeluGrad(tag, x, &y);
+}
+
+struct GeluForwardSaveGradKernel {
+  MS_KERNEL void operator()(auto tag, float* x, float* out,
+                            std::uint16_t* out16, std::int64_t n) const {
+    std::int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      F16 y, dy;
+      GeluAndGrad(tag, Load(x + i), y, dy);
+      if (out != nullptr) Store(out + i, y);
+      if (out16 != nullptr) StoreBf16(tag, out16 + i, y, kLanes);
+      Store(x + i, dy);
+    }
+    if (i < n) {
+      const int rest = static_cast<int>(n - i);
+      F16 y, dy;
+      GeluAndGrad(tag, LoadPart(x + i, rest), y, dy);
+      if (out != nullptr) StorePart(out + i, y, rest);
+      if (out16 != nullptr) StoreBf16(tag, out16 + i, y, rest);
+      StorePart(x + i, dy, rest);
+    }
+  }
+};
+
+struct GeluBackwardFromGradKernel {
+  MS_KERNEL void operator()(auto tag, float* dinp, std::uint16_t* dinp16,
+                            const float* grad, const float* dout,
+                            std::int64_t n) const {
+    std::int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      const F16 g = Load(grad + i) * Load(dout + i);
+      Store(dinp + i, g);
+      if (dinp16 != nullptr) StoreBf16(tag, dinp16 + i, g, kLanes);
+    }
+    if (i < n) {
+      const int rest = static_cast<int>(n - i);
+      const F16 g = LoadPart(grad + i, rest) * LoadPart(dout + i, rest);
       StorePart(dinp + i, g, rest);
       if (dinp16 != nullptr) StoreBf16(tag, dinp16 + i, g, rest);
     }
@@ -658,6 +707,16 @@ void GeluForwardBf16(float* out, std::uint16_t* out16, const float* inp,
 void GeluBackwardOverwrite(float* dinp, std::uint16_t* dinp16, const float* inp,
                            const float* dout, std::int64_t n) {
   isa::Dispatch<GeluBackwardBf16Kernel>(dinp, dinp16, inp, dout, n);
+}
+
+void GeluForwardSaveGrad(float* x, float* out, std::uint16_t* out16,
+                         std::int64_t n) {
+  isa::Dispatch<GeluForwardSaveGradKernel>(x, out, out16, n);
+}
+
+void GeluBackwardFromGrad(float* dinp, std::uint16_t* dinp16, const float* grad,
+                          const float* dout, std::int64_t n) {
+  isa::Dispatch<GeluBackwardFromGradKernel>(dinp, dinp16, grad, dout, n);
 }
 
 void ToBf16(const float* x, std::uint16_t* y, std::int64_t n) {

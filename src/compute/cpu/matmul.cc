@@ -56,7 +56,7 @@ std::string MatmulRouteName(DType ab_type) {
 }
 
 Status Gemm(const GemmDesc& desc, const void* a, const void* b, void* c,
-            const float* bias) {
+            const float* bias, const float* d) {
   cpu::GemmKey key;
   RETURN_IF_ERROR(cpu::MakeKey(desc, &key));
   if (a == nullptr) return InvalidArgument("Gemm: the A pointer is null");
@@ -65,9 +65,14 @@ Status Gemm(const GemmDesc& desc, const void* a, const void* b, void* c,
   if (desc.bias && bias == nullptr) {
     return InvalidArgument("Gemm: GemmDesc.bias is set but the bias is null");
   }
+  if (desc.epilogue != GemmDesc::Epilogue::kNone && d == nullptr) {
+    return InvalidArgument(
+        "Gemm: GemmDesc.epilogue is set but its operand D is null");
+  }
+  const cpu::GemmArgs args{a, b, c, bias, d};
   if (key.ab_type == DType::kBF16) {
     if (ActiveBf16Route() == Bf16Route::kViaF32) {
-      return cpu::RunBf16ViaF32(key, a, b, c, bias);
+      return cpu::RunBf16ViaF32(key, args);
     }
     if (!cpu::DnnlHasNativeBf16()) {
       return FailedPrecondition(
@@ -75,10 +80,10 @@ Status Gemm(const GemmDesc& desc, const void* a, const void* b, void* c,
           "matmul on this CPU (" +
           std::string(IsaName(ActiveIsa())) + ")");
     }
-    return cpu::RunDnnl(key, a, b, c, bias);
+    return cpu::RunDnnl(key, args);
   }
-  if (key.c_type == DType::kBF16) return cpu::RunF32ToBf16(key, a, b, c, bias);
-  return cpu::RunDnnl(key, a, b, c, bias);
+  if (key.c_type == DType::kBF16) return cpu::RunF32ToBf16(key, args);
+  return cpu::RunDnnl(key, args);
 }
 
 Result<std::string> GemmImplName(const GemmDesc& desc) {
