@@ -15,7 +15,7 @@
 #
 #   bench/compare_train_step.sh                        # quickstart model, float32
 #   MULTISLICE_MAX_ISA=avx2 bench/compare_train_step.sh --repeats 5
-#   bench/compare_train_step.sh --size 8,128,384,6,1536,4 --dtype bfloat16
+#   bench/compare_train_step.sh --size 8,128,256,4,1024,4 --dtype bfloat16
 #
 # Needs: build/bin/train_step_bench (scripts/build.sh) and the peer's packages
 # (python3-torch, libopenblas0-pthread), which it installs with
@@ -23,7 +23,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-size=8,128,256,4,1024,4  # B,T,C,NH,mlp,L: configs/quickstart.yml, one device
+size=16,64,384,6,1536,2  # B,T,C,NH,mlp,L: configs/quickstart.yml, one device
 dtype=float32
 repeats=5
 steps=10

@@ -41,12 +41,13 @@ def parse_args(argv):
     p = argparse.ArgumentParser(
         description="One GPT-2 training step (forward, backward, clipping, "
         "AdamW) in PyTorch on one thread, the peer of train_step_bench")
-    p.add_argument("--batch", type=int, default=8, help="B, sequences")
-    p.add_argument("--seq", type=int, default=128, help="T, tokens each")
-    p.add_argument("--emb", type=int, default=256, help="C, channels")
-    p.add_argument("--heads", type=int, default=4, help="NH")
-    p.add_argument("--mlp", type=int, default=1024, help="MLP width")
-    p.add_argument("--layers", type=int, default=4, help="L")
+    # Defaults: configs/quickstart.yml on one device.
+    p.add_argument("--batch", type=int, default=16, help="B, sequences")
+    p.add_argument("--seq", type=int, default=64, help="T, tokens each")
+    p.add_argument("--emb", type=int, default=384, help="C, channels")
+    p.add_argument("--heads", type=int, default=6, help="NH")
+    p.add_argument("--mlp", type=int, default=1536, help="MLP width")
+    p.add_argument("--layers", type=int, default=2, help="L")
     p.add_argument("--vocab", type=int, default=256, help="V")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)

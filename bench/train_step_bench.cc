@@ -92,8 +92,7 @@ StepTime TimeStep(const Size& s, DType matmul_type, int steps) {
       std::fprintf(stderr, "forward: %s\n", loss.status().message().c_str());
       std::exit(1);
     }
-    std::fill(grads.begin(), grads.end(), 0.0f);
-    auto st = gm.Backward(params.data(), grads.data());
+    auto st = gm.Backward(params.data(), grads.data());  // writes every entry
     if (!st.ok()) {
       std::fprintf(stderr, "backward: %s\n", st.message().c_str());
       std::exit(1);

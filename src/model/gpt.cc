@@ -100,8 +100,8 @@ class GptModel::Matmul {
 
   // dinp[N,IC] (dinp_beta 0: =, 1: +=) dout[N,OC] @ weight^T, times
   // dinp_scale[N,IC] element by element when non-null (an activation's
-  // derivative, in the matmul's epilogue); dweight[IC,OC] += inp^T @ dout;
-  // dbias[OC] += column sums of dout (when non-null).
+  // derivative, in the matmul's epilogue); dweight[IC,OC] = inp^T @ dout;
+  // dbias[OC] = column sums of dout (when non-null).
   Status LinearBackward(float* dinp, float dinp_beta, float* dweight,
                         float* dbias, Operand dout, Operand inp, Operand weight,
                         int64_t N, int64_t IC, int64_t OC,
@@ -121,9 +121,9 @@ class GptModel::Matmul {
     dw.n = OC;
     dw.k = N;
     dw.transpose_a = true;  // inp is [N,IC] = [k,m]
-    dw.beta = 1.0f;
     RETURN_IF_ERROR(Run(dw, inp, dout, dweight));
     if (dbias != nullptr) {
+      std::fill(dbias, dbias + OC, 0.0f);
       ops::BiasBackward(dbias, dout.f32, N, static_cast<int>(OC));
     }
     return OkStatus();
@@ -306,6 +306,11 @@ int64_t GptModel::LayerOffset(int layer, int index) const {
   return layout_[2 + layer * kTensorsPerLayer + index].offset;
 }
 
+void GptModel::ZeroTensor(float* grads, size_t index) const {
+  const ParamTensor& t = layout_[index];
+  std::fill(grads + t.offset, grads + t.offset + t.size, 0.0f);
+}
+
 const float* GptModel::logits() const { return acts_->logits.data(); }
 
 Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
@@ -459,7 +464,8 @@ Status GptModel::Backward(const float* params, float* grads) {
   Zero(a.dlogits);
   ops::CrossEntropySoftmaxBackward(a.dlogits.data(), a.dlosses.data(),
                                    a.probs.data(), a.targets.data(), N, V);
-  // logits = lnf @ wte^T: dlnf = dlogits @ wte, dwte += dlogits^T @ lnf.
+  // logits = lnf @ wte^T: dlnf = dlogits @ wte, dwte = dlogits^T @ lnf (the
+  // first write of dwte; the encoder adds its part at the end).
   float* dwte = grads + layout_[0].offset;
   const Operand dlogits = matmul_->Prepare(a.dlogits.data(), N * V, a.dout16);
   compute::GemmDesc dx;
@@ -473,7 +479,6 @@ Status GptModel::Backward(const float* params, float* grads) {
   dw.n = C;
   dw.k = N;
   dw.transpose_a = true;  // dlogits is [N,V] = [k,m]
-  dw.beta = 1.0f;
   RETURN_IF_ERROR(
       matmul_->Run(dw, dlogits, Operand{a.lnf.data(), a.lnf_16.data()}, dwte));
 
@@ -481,6 +486,8 @@ Status GptModel::Backward(const float* params, float* grads) {
   const float* last_residual =
       L > 0 ? a.layers[L - 1].residual3.data() : a.encoded.data();
   Zero(a.dresidual);
+  ZeroTensor(grads, lnf_index);
+  ZeroTensor(grads, lnf_index + 1);
   ops::LayerNormBackward(a.dresidual.data(), grads + layout_[lnf_index].offset,
                          grads + layout_[lnf_index + 1].offset, a.dlnf.data(),
                          last_residual, params + layout_[lnf_index].offset,
@@ -511,6 +518,8 @@ Status GptModel::Backward(const float* params, float* grads) {
         Operand{la.ln2.data(), la.ln2_16.data()}, pw(kFcW), N, C, H));
     // d.residual2 = dresidual (skip path) + LayerNorm's input gradient.
     std::copy(a.dresidual.begin(), a.dresidual.end(), d.residual2.begin());
+    std::fill(g(kLn2W), g(kLn2W) + C, 0.0f);
+    std::fill(g(kLn2B), g(kLn2B) + C, 0.0f);
     ops::LayerNormBackward(d.residual2.data(), g(kLn2W), g(kLn2B), d.ln2.data(),
                            la.residual2.data(), p(kLn2W), la.ln2_mean.data(),
                            la.ln2_rstd.data(), N, C);
@@ -529,10 +538,13 @@ Status GptModel::Backward(const float* params, float* grads) {
         matmul_->Prepare(d.qkv.data(), N * 3 * C, a.dout16),
         Operand{la.ln1.data(), la.ln1_16.data()}, pw(kQkvW), N, C, 3 * C));
     std::copy(d.residual2.begin(), d.residual2.end(), a.dresidual.begin());
+    std::fill(g(kLn1W), g(kLn1W) + C, 0.0f);
+    std::fill(g(kLn1B), g(kLn1B) + C, 0.0f);
     ops::LayerNormBackward(a.dresidual.data(), g(kLn1W), g(kLn1B), d.ln1.data(),
                            block_input, p(kLn1W), la.ln1_mean.data(),
                            la.ln1_rstd.data(), N, C);
   }
+  ZeroTensor(grads, 1);  // wpe: rows at or past T get no gradient
   ops::EncoderBackward(dwte, grads + layout_[1].offset, a.dresidual.data(),
                        a.tokens.data(), B, T, C);
   return OkStatus();

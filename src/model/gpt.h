@@ -92,9 +92,10 @@ class GptModel {
   Result<float> Forward(const float* params, const int32_t* tokens,
                         const int32_t* targets, int B, int T);
 
-  // Accumulates (+=) the gradient of the last Forward's mean loss with
-  // respect to params into grads (NumParameters entries; the caller zeroes
-  // them once per step). kFailedPrecondition unless the last Forward had
+  // Writes (=) the gradient of the last Forward's mean loss with respect to
+  // params into grads (NumParameters entries, any old contents: every entry
+  // is written, the weight gradients by their matmuls directly, so nothing
+  // needs zeroing first). kFailedPrecondition unless the last Forward had
   // targets and succeeded; kInternal if a matmul fails.
   Status Backward(const float* params, float* grads);
 
@@ -109,6 +110,8 @@ class GptModel {
   // Offset in the flat buffer of tensor `index` (0..11, layout order) of
   // block `layer`.
   int64_t LayerOffset(int layer, int index) const;
+  // Sets tensor `index` (of the layout) of `grads` to zero.
+  void ZeroTensor(float* grads, size_t index) const;
 
   GptConfig config_;
   std::vector<ParamTensor> layout_;

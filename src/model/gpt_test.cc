@@ -204,23 +204,32 @@ TEST(GptTest, GradientMatchesFiniteDifferences) {
   EXPECT_GE(checked, 40);
 }
 
-TEST(GptTest, BackwardAccumulates) {
+// Backward writes every entry of the gradient, whatever the buffer held:
+// into NaNs, and twice into the same buffer, it gives the gradient it gives
+// into zeros (with a shorter sequence than wpe's rows, whose gradient is 0).
+TEST(GptTest, BackwardOverwritesEveryEntry) {
   const GptConfig c = TinyConfig();
   const int64_t n = NumParameters(c);
   std::vector<float> params(n);
   InitParameters(c, 2, params.data());
-  const Batch batch = MakeBatch(2, 4, c.vocab_size, 9);
+  const Batch batch = MakeBatch(2, 3, c.vocab_size, 9);  // T=3 of 4 rows
   GptModel model(c);
   ASSERT_TRUE(model
                   .Forward(params.data(), batch.tokens.data(),
-                           batch.targets.data(), 2, 4)
+                           batch.targets.data(), 2, 3)
                   .ok());
-  std::vector<float> once(n, 0.0f), twice(n, 0.0f);
-  ASSERT_TRUE(model.Backward(params.data(), once.data()).ok());
+  std::vector<float> zeros(n, 0.0f), nans(n, std::nanf("")), twice(n, 5.0f);
+  ASSERT_TRUE(model.Backward(params.data(), zeros.data()).ok());
+  ASSERT_TRUE(model.Backward(params.data(), nans.data()).ok());
   ASSERT_TRUE(model.Backward(params.data(), twice.data()).ok());
   ASSERT_TRUE(model.Backward(params.data(), twice.data()).ok());
   for (int64_t i = 0; i < n; ++i) {
-    EXPECT_NEAR(twice[i], 2.0f * once[i], 1e-6f + 1e-5f * std::fabs(once[i]));
+    ASSERT_EQ(nans[i], zeros[i]) << "entry " << i;
+    ASSERT_EQ(twice[i], zeros[i]) << "entry " << i;
+  }
+  const ParamTensor& wpe = ParameterLayout(c)[1];
+  for (int64_t i = 3 * c.emb_dim; i < wpe.size; ++i) {
+    EXPECT_EQ(nans[wpe.offset + i], 0.0f) << "wpe entry " << i;
   }
 }
 
@@ -240,7 +249,6 @@ std::vector<float> Train(const GptConfig& c, uint64_t seed, int steps,
                                        batch.targets.data(), B, T);
     EXPECT_TRUE(loss.ok());
     losses.push_back(*loss);
-    std::fill(grads.begin(), grads.end(), 0.0f);
     EXPECT_TRUE(model.Backward(params.data(), grads.data()).ok());
     const float scale =
         model::ClipScale(compute::GlobalNorm(grads.data(), n), 1.0f);

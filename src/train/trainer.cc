@@ -704,8 +704,7 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
       RETURN_IF_ERROR(gather_weights());
       ASSIGN_OR_RETURN(float loss, gpt.Forward(weights, batch.inputs.data(),
                                                batch.targets.data(), B, T));
-      std::fill(grads.begin(), grads.end(), 0.0f);
-      RETURN_IF_ERROR(gpt.Backward(weights, grads.data()));
+      RETURN_IF_ERROR(gpt.Backward(weights, grads.data()));  // writes all
       runtime::CollectiveHandle scatter;
       if (sharded) {
         scatter = coll.ReduceScatter({"fsdp"}, grads.data(), grad_shard.data(),
