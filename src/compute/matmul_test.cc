@@ -496,8 +496,9 @@ TEST(GemmTest, ViaF32SpansSeveralPanels) {
 // The route is chosen from what oneDNN can do, named in reports, and a
 // forced native route fails with a sentence where there is none.
 TEST(GemmTest, RouteIsChosenFromTheCpuAndNamed) {
-  EXPECT_EQ(ActiveBf16Route(),
-            NativeBf16Available() ? Bf16Route::kNative : Bf16Route::kViaF32);
+  // Without bf16 kernels the route is through f32; with them it is whichever
+  // measured faster (native unless f32 is clearly faster).
+  if (!NativeBf16Available()) EXPECT_EQ(ActiveBf16Route(), Bf16Route::kViaF32);
   const std::string isa(IsaName(ActiveIsa()));
   const std::string vector_isa(IsaName(std::min(ActiveIsa(), Isa::kAvx512)));
   EXPECT_EQ(MatmulRouteName(DType::kF32), "float32 (" + vector_isa + ")");

@@ -16,9 +16,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <vector>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
+#include <vector>
 
 #include "common/cpu_isa.h"
 #include "compute/cpu/dnnl_gemm.h"
