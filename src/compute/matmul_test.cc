@@ -498,7 +498,9 @@ TEST(GemmTest, ViaF32SpansSeveralPanels) {
 TEST(GemmTest, RouteIsChosenFromTheCpuAndNamed) {
   // Without bf16 kernels the route is through f32; with them it is whichever
   // measured faster (native unless f32 is clearly faster).
-  if (!NativeBf16Available()) EXPECT_EQ(ActiveBf16Route(), Bf16Route::kViaF32);
+  if (!NativeBf16Available()) {
+    EXPECT_EQ(ActiveBf16Route(), Bf16Route::kViaF32);
+  }
   const std::string isa(IsaName(ActiveIsa()));
   const std::string vector_isa(IsaName(std::min(ActiveIsa(), Isa::kAvx512)));
   EXPECT_EQ(MatmulRouteName(DType::kF32), "float32 (" + vector_isa + ")");
