@@ -328,7 +328,8 @@ void AddPeakCommand(CLI::App& root, CommandTable& table) {
   CLI::App* cmd = root.add_subcommand(
       "peak",
       "One device's limits on this host, measured now: oneDNN matmul "
-      "GFLOP/s (bf16 and f32; a square matmul and the six matmuls of one "
+      "GFLOP/s (bfloat16 and float32; a square matmul and the six matmuls of "
+      "one "
       "shardings layer), with one device alone and with every device of the "
       "host running at once, and the host's memory bandwidth. These are the "
       "peaks the shardings workload's utilisation is measured against.\n"

@@ -266,7 +266,7 @@ void AddTrainCommand(CLI::App& root, CommandTable& table) {
       "Examples:\n"
       "  multislice train configs/quickstart.yml\n"
       "  multislice train configs/base.yml run_name=demo steps=100\n"
-      "  multislice train configs/base.yml run_name=demo dtype=f32 "
+      "  multislice train configs/base.yml run_name=demo dtype=float32 "
       "ici_fsdp_parallelism=2 --accelerator_type cpu-2 --num_slices 1\n"
       "  multislice generate runs/demo --prompt 'The meaning of life'\n\n"
       "Config keys:\n" +

@@ -56,25 +56,14 @@ void GeluForward(float* out, const float* inp, std::int64_t n);
 // dinp += dout * d(out)/dx of the formula above.
 void GeluBackward(float* dinp, const float* inp, const float* dout,
                   std::int64_t n);
-// Fused forms for bf16 matmuls, saving a pass: GeluForward's values also
-// rounded to bf16 into out16 (out may be null: bf16 only); and the gradient
-// WRITTEN (=, not +=) to dinp, and rounded to bf16 into dinp16 when non-null.
-// Rounding is compute::Convert's (nearest even).
-void GeluForwardBf16(float* out, std::uint16_t* out16, const float* inp,
-                     std::int64_t n);
-void GeluBackwardOverwrite(float* dinp, std::uint16_t* dinp16, const float* inp,
-                           const float* dout, std::int64_t n);
-
 // The forward that keeps only what the backward needs: GELU(x) into out
 // (when non-null) and its bf16 rounding into out16 (when non-null), and x
-// overwritten with GELU'(x), from the one sigmoid both share. Then
-// GeluBackwardFromGrad writes (=) dinp = dout * GELU'(x), and its bf16 copy
-// into dinp16 when non-null: a multiply instead of recomputing the GELU.
-// Values equal GeluForward's and GeluBackward's.
+// overwritten with GELU'(x), from the one sigmoid both share; the backward
+// is then a multiply (GptModel folds it into the next matmul's epilogue).
+// Values equal GeluForward's and GeluBackward's, the plain forms above and
+// the definitions it is tested against.
 void GeluForwardSaveGrad(float* x, float* out, std::uint16_t* out16,
                          std::int64_t n);
-void GeluBackwardFromGrad(float* dinp, std::uint16_t* dinp16, const float* grad,
-                          const float* dout, std::int64_t n);
 
 // y = x rounded to bf16 (nearest even, NaN kept a NaN), the operands of the
 // bf16 matmuls. With AVX512-BF16 (one instruction per 32 values) f32
@@ -110,14 +99,6 @@ Status AttentionBackward(float* dqkv, float* scratch, const float* dout,
                          int C, int NH, DType matmul_type = DType::kF32,
                          const std::uint16_t* qkv16 = nullptr);
 
-// out = a + b (out may alias a or b).
-void ResidualForward(float* out, const float* a, const float* b,
-                     std::int64_t n);
-// da += dout; db += dout.
-void ResidualBackward(float* da, float* db, const float* dout, std::int64_t n);
-
-// out[r, :] += bias for each of the N rows of OC values.
-void BiasForward(float* out, const float* bias, std::int64_t N, int OC);
 // dbias += the column sums of dout [N, OC].
 void BiasBackward(float* dbias, const float* dout, std::int64_t N, int OC);
 

@@ -102,8 +102,9 @@ Status CheckOptions(const PerfModelOptions& o) {
     return InvalidArgument("--mfu must be in (0, 1], got " + Number(o.mfu));
   }
   if (o.gradient_bits != 32 && o.gradient_bits != 16) {
-    return InvalidArgument("gradient bits must be 32 (f32) or 16 (bf16), got " +
-                           std::to_string(o.gradient_bits));
+    return InvalidArgument(
+        "gradient bits must be 32 (float32) or 16 (bfloat16), got " +
+        std::to_string(o.gradient_bits));
   }
   if (!(std::isfinite(o.margin) && o.margin >= 1)) {
     return InvalidArgument("--margin must be at least 1, got " +

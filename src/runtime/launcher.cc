@@ -197,6 +197,7 @@ LaunchResult RunWorkers(const LaunchOptions& options) {
   using Clock = std::chrono::steady_clock;
   bool stopping = result.exit_code != 0;
   Clock::time_point kill_at = Clock::now() + options.stop_grace;
+  Clock::time_point first_failure = Clock::now();
   if (stopping) SignalAll(children, SIGTERM);
 
   auto any_running = [&] {
@@ -227,9 +228,18 @@ LaunchResult RunWorkers(const LaunchOptions& options) {
       c.exit_code = ExitCodeOf(status);
       if (c.exit_code != 0 && result.exit_code == 0) {
         result = {c.exit_code, static_cast<int>(i)};
+        first_failure = Clock::now();
+      } else if (!stopping && WIFSIGNALED(status) && result.exit_code != 0 &&
+                 result.exit_code < 128) {
+        // Killed before we signalled anyone: the cause, not the peer that
+        // exited 1 on noticing it.
+        result = {c.exit_code, static_cast<int>(i)};
       }
     }
-    if (!stopping && (result.exit_code != 0 || g_forwarded_signal != 0)) {
+    const bool cause_window_over =
+        result.exit_code != 0 &&
+        Clock::now() - first_failure >= options.cause_window;
+    if (!stopping && (cause_window_over || g_forwarded_signal != 0)) {
       if (result.exit_code == 0) result.exit_code = 128 + g_forwarded_signal;
       stopping = true;
       kill_at = Clock::now() + options.stop_grace;

@@ -36,6 +36,11 @@ struct LaunchOptions {
   std::vector<WorkerProcess> workers;
   // Time between SIGTERM and SIGKILL when stopping workers.
   std::chrono::milliseconds stop_grace{5000};
+  // After the first worker fails, how long the others may still end on
+  // their own before they are stopped: a worker killed by a signal is the
+  // cause the result reports, even when a peer noticed the lost connection
+  // and exited 1 before the kernel had finished tearing the killed one down.
+  std::chrono::milliseconds cause_window{300};
   int out_fd = 1;  // where children's stdout lines go
   int err_fd = 2;  // where children's stderr lines go
 };

@@ -104,5 +104,27 @@ TEST(LauncherTest, WorkerKilledBySignalReports128PlusSignal) {
   EXPECT_EQ(RunWorkers(options).exit_code, 128 + 9);
 }
 
+// A worker killed by a signal is reported even when a peer exited 1 just
+// before it was reaped (the peer saw the lost connection first); one that
+// ends by itself well after the others were stopped is not.
+TEST(LauncherTest, AKilledWorkerIsTheCauseOverAPeerThatExitedFirst) {
+  CapturedOutput out, err;
+  LaunchOptions options;
+  options.workers = {Shell("sleep 0.05; exit 1", "[a] "),
+                     Shell("trap '' TERM; sleep 0.15; kill -9 $$", "[b] ")};
+  options.out_fd = out.fd();
+  options.err_fd = err.fd();
+  LaunchResult result = RunWorkers(options);
+  EXPECT_EQ(result.exit_code, 128 + 9);
+  EXPECT_EQ(result.failed_worker, 1);
+
+  options.workers = {Shell("exit 1", "[a] "),
+                     Shell("trap '' TERM; sleep 1; kill -9 $$", "[b] ")};
+  options.cause_window = std::chrono::milliseconds(100);
+  result = RunWorkers(options);
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.failed_worker, 0);
+}
+
 }  // namespace
 }  // namespace multislice::runtime

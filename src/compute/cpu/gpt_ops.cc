@@ -187,46 +187,6 @@ struct GeluBackwardKernel {
   }
 };
 
-// (Full blocks and the tail apart: a store of a variable length is a call
-// to memcpy.)
-struct GeluForwardBf16Kernel {
-  MS_KERNEL void operator()(auto tag, float* out, std::uint16_t* out16,
-                            const float* inp, std::int64_t n) const {
-    std::int64_t i = 0;
-    for (; i + kLanes <= n; i += kLanes) {
-      const F16 y = Gelu(tag, Load(inp + i));
-      if (out != nullptr) Store(out + i, y);
-      StoreBf16(tag, out16 + i, y, kLanes);
-    }
-    if (i < n) {
-      const int rest = static_cast<int>(n - i);
-      const F16 y = Gelu(tag, LoadPart(inp + i, rest));
-      if (out != nullptr) StorePart(out + i, y, rest);
-      StoreBf16(tag, out16 + i, y, rest);
-    }
-  }
-};
-
-struct GeluBackwardBf16Kernel {
-  MS_KERNEL void operator()(auto tag, float* dinp, std::uint16_t* dinp16,
-                            const float* inp, const float* dout,
-                            std::int64_t n) const {
-    std::int64_t i = 0;
-    for (; i + kLanes <= n; i += kLanes) {
-      const F16 g = GeluGrad(tag, Load(inp + i)) * Load(dout + i);
-      Store(dinp + i, g);
-      if (dinp16 != nullptr) StoreBf16(tag, dinp16 + i, g, kLanes);
-    }
-    if (i < n) {
-      const int rest = static_cast<int>(n - i);
-      const F16 g =
-          GeluGrad(tag, LoadPart(inp + i, rest)) * LoadPart(dout + i, rest);
-      StorePart(dinp + i, g, rest);
-      if (dinp16 != nullptr) StoreBf16(tag, dinp16 + i, g, rest);
-    }
-  }
-};
-
 // GELU(x) and GELU'(x) from one sigmoid.
 template <typename Tag>
 MS_INLINE void GeluAndGrad(Tag tag, const F16& x, F16& y, F16& dy) {
@@ -251,25 +211,6 @@ struct GeluForwardSaveGradKernel {
       if (out != nullptr) StorePart(out + i, y, rest);
       if (out16 != nullptr) StoreBf16(tag, out16 + i, y, rest);
       StorePart(x + i, dy, rest);
-    }
-  }
-};
-
-struct GeluBackwardFromGradKernel {
-  MS_KERNEL void operator()(auto tag, float* dinp, std::uint16_t* dinp16,
-                            const float* grad, const float* dout,
-                            std::int64_t n) const {
-    std::int64_t i = 0;
-    for (; i + kLanes <= n; i += kLanes) {
-      const F16 g = Load(grad + i) * Load(dout + i);
-      Store(dinp + i, g);
-      if (dinp16 != nullptr) StoreBf16(tag, dinp16 + i, g, kLanes);
-    }
-    if (i < n) {
-      const int rest = static_cast<int>(n - i);
-      const F16 g = LoadPart(grad + i, rest) * LoadPart(dout + i, rest);
-      StorePart(dinp + i, g, rest);
-      if (dinp16 != nullptr) StoreBf16(tag, dinp16 + i, g, rest);
     }
   }
 };
@@ -299,29 +240,6 @@ MS_INLINE void Add(float* out, const float* a, const float* b, std::int64_t n) {
 }
 
 const auto kAccumulate = [](const F16& y, const F16& x) { return y + x; };
-
-struct ResidualForwardKernel {
-  MS_KERNEL void operator()(auto, float* out, const float* a, const float* b,
-                            std::int64_t n) const {
-    Add(out, a, b, n);
-  }
-};
-
-struct ResidualBackwardKernel {
-  MS_KERNEL void operator()(auto, float* da, float* db, const float* dout,
-                            std::int64_t n) const {
-    Update(da, dout, n, kAccumulate);
-    Update(db, dout, n, kAccumulate);
-  }
-};
-
-struct BiasForwardKernel {
-  MS_KERNEL void operator()(auto, float* out, const float* bias, std::int64_t N,
-                            int OC) const {
-    for (std::int64_t r = 0; r < N; ++r)
-      Update(out + r * OC, bias, OC, kAccumulate);
-  }
-};
 
 struct BiasBackwardKernel {
   MS_KERNEL void operator()(auto, float* dbias, const float* dout,
@@ -699,24 +617,9 @@ void GeluBackward(float* dinp, const float* inp, const float* dout,
   isa::Dispatch<GeluBackwardKernel>(dinp, inp, dout, n);
 }
 
-void GeluForwardBf16(float* out, std::uint16_t* out16, const float* inp,
-                     std::int64_t n) {
-  isa::Dispatch<GeluForwardBf16Kernel>(out, out16, inp, n);
-}
-
-void GeluBackwardOverwrite(float* dinp, std::uint16_t* dinp16, const float* inp,
-                           const float* dout, std::int64_t n) {
-  isa::Dispatch<GeluBackwardBf16Kernel>(dinp, dinp16, inp, dout, n);
-}
-
 void GeluForwardSaveGrad(float* x, float* out, std::uint16_t* out16,
                          std::int64_t n) {
   isa::Dispatch<GeluForwardSaveGradKernel>(x, out, out16, n);
-}
-
-void GeluBackwardFromGrad(float* dinp, std::uint16_t* dinp16, const float* grad,
-                          const float* dout, std::int64_t n) {
-  isa::Dispatch<GeluBackwardFromGradKernel>(dinp, dinp16, grad, dout, n);
 }
 
 void ToBf16(const float* x, std::uint16_t* y, std::int64_t n) {
@@ -877,19 +780,6 @@ Status AttentionBackward(float* dqkv, float* scratch, const float* dout,
     }
   }
   return OkStatus();
-}
-
-void ResidualForward(float* out, const float* a, const float* b,
-                     std::int64_t n) {
-  isa::Dispatch<ResidualForwardKernel>(out, a, b, n);
-}
-
-void ResidualBackward(float* da, float* db, const float* dout, std::int64_t n) {
-  isa::Dispatch<ResidualBackwardKernel>(da, db, dout, n);
-}
-
-void BiasForward(float* out, const float* bias, std::int64_t N, int OC) {
-  isa::Dispatch<BiasForwardKernel>(out, bias, N, OC);
 }
 
 void BiasBackward(float* dbias, const float* dout, std::int64_t N, int OC) {
