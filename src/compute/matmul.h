@@ -79,9 +79,10 @@ enum class Bf16Route {
 };
 
 // The route of bf16 matmuls in this process: kNative where oneDNN has bf16
-// kernels for this CPU within the ISA cap, unless a 512^3 matmul measured at
-// the first call (about 10 ms) runs 25 % faster through the f32 kernels;
-// else kViaF32 (or what SetBf16Route forced).
+// kernels for this CPU within the ISA cap, else kViaF32 (or what
+// SetBf16Route forced). On AMX, small matmuls (at most 2^21 multiply-adds,
+// such as attention's per-head products) take kViaF32 even so: AMX's fixed
+// cost per call makes them 4-6x slower than the f32 kernels.
 Bf16Route ActiveBf16Route();
 
 // Whether the native route is possible here at all.

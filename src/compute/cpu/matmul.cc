@@ -6,19 +6,17 @@
 //   bf16 x bf16 -> any  kNative: oneDNN's bf16 kernels (AVX512_BF16, AMX);
 //                       kViaF32: RunBf16ViaF32
 //
-// The bf16 route is chosen once, at the first call that needs it, from what
-// oneDNN can do on this CPU within the ISA cap and, where both routes work,
-// which is faster on a short measurement; SetBf16Route overrides it.
+// The bf16 route is native where oneDNN has bf16 kernels for this CPU within
+// the ISA cap, except for small matmuls on AMX (see SmallViaF32), else via
+// f32; SetBf16Route overrides it.
 #include "compute/matmul.h"
 
 #include <omp.h>
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
-#include <vector>
 
 #include "common/cpu_isa.h"
 #include "compute/cpu/dnnl_gemm.h"
@@ -32,41 +30,36 @@ std::atomic<int> g_forced_route{-1};
 
 std::string Str(int v) { return std::to_string(v); }
 
-// Median seconds of 5 calls of a 512^3 bf16 -> f32 matmul through `run`,
-// after one untimed call; a very large value if it fails.
-template <typename Run>
-double TimeSquare(Run run) {
-  constexpr int64_t kSize = 512;
-  static std::vector<uint16_t> a(kSize * kSize, 0x3c00), b(a);  // 2^-7
-  std::vector<float> c(kSize * kSize);
-  cpu::GemmKey key{};
-  GemmDesc desc;
-  desc.m = desc.n = desc.k = kSize;
-  if (!cpu::MakeKey(desc, &key).ok()) return 1e9;
-  const cpu::GemmArgs args{a.data(), b.data(), c.data()};
-  std::vector<double> seconds;
-  for (int i = 0; i < 6; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    if (!run(key, args).ok()) return 1e9;
-    if (i > 0) {
-      seconds.push_back(std::chrono::duration<double>(
-                            std::chrono::steady_clock::now() - start)
-                            .count());
-    }
-  }
-  std::sort(seconds.begin(), seconds.end());
-  return seconds[seconds.size() / 2];
+// Matmuls of at most this many multiply-adds are "small": per-head attention
+// products (64^3 to 128 x 128 x 64, strided, one transposed) are dominated
+// by a kernel's fixed costs, not by its peak.
+constexpr int64_t kSmallMacs = int64_t{1} << 21;
+
+// oneDNN's AMX kernels pay a tile configuration and a reorder of a strided
+// operand per call: on the attention's products they take 4.6x the time of
+// the f32 kernels on widened operands (22.1 against 4.8 us for
+// 64 x 64 x 64 with B^T at a leading dimension of 1152; 86 against 15 us for
+// 128 x 128 x 64). Small bf16 matmuls therefore take the f32 route where the
+// native one is AMX. A fixed rule, not a measurement, so that every process
+// on a machine picks the same route and bf16 runs stay bitwise repeatable.
+bool SmallViaF32() {
+  static const bool via = [] {
+    cpu::ConfigureDnnl();
+    return cpu::DnnlHasNativeBf16() &&
+           dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
+  }();
+  return via;
 }
 
-// Native where oneDNN has bf16 kernels, unless the f32 kernels on widened
-// operands are clearly (25 %) faster on this CPU, as oneDNN's
-// avx512_core_bf16 kernels are on a Sapphire Rapids limited to
-// avx512_bf16 (106 against 157 GFLOP/s on 2048^3). About 10 ms, once.
-Bf16Route ChooseBf16Route() {
+// The route of one bf16 matmul.
+Bf16Route RouteFor(const cpu::GemmKey& key) {
+  const int forced = g_forced_route.load(std::memory_order_relaxed);
+  if (forced >= 0) return static_cast<Bf16Route>(forced);
   if (!cpu::DnnlHasNativeBf16()) return Bf16Route::kViaF32;
-  const double native = TimeSquare(cpu::RunDnnl);
-  const double via_f32 = TimeSquare(cpu::RunBf16ViaF32);
-  return via_f32 * 1.25 < native ? Bf16Route::kViaF32 : Bf16Route::kNative;
+  if (key.m * key.n * key.k <= kSmallMacs && SmallViaF32()) {
+    return Bf16Route::kViaF32;
+  }
+  return Bf16Route::kNative;
 }
 
 }  // namespace
@@ -74,8 +67,7 @@ Bf16Route ChooseBf16Route() {
 Bf16Route ActiveBf16Route() {
   const int forced = g_forced_route.load(std::memory_order_relaxed);
   if (forced >= 0) return static_cast<Bf16Route>(forced);
-  static const Bf16Route chosen = ChooseBf16Route();
-  return chosen;
+  return cpu::DnnlHasNativeBf16() ? Bf16Route::kNative : Bf16Route::kViaF32;
 }
 
 bool NativeBf16Available() { return cpu::DnnlHasNativeBf16(); }
@@ -90,8 +82,14 @@ std::string MatmulRouteName(DType ab_type) {
   // them); native bf16 names the bf16 instructions.
   const std::string vector_isa(IsaName(std::min(ActiveIsa(), Isa::kAvx512)));
   if (ab_type == DType::kF32) return "float32 (" + vector_isa + ")";
+  const bool forced = g_forced_route.load(std::memory_order_relaxed) >= 0;
   if (ActiveBf16Route() == Bf16Route::kNative) {
-    return "bfloat16 native (" + std::string(IsaName(ActiveIsa())) + ")";
+    const std::string name =
+        "bfloat16 native (" + std::string(IsaName(ActiveIsa())) + ")";
+    if (!forced && SmallViaF32()) {
+      return name + ", small matmuls via float32 kernels";
+    }
+    return name;
   }
   return "bfloat16 via float32 kernels (" + vector_isa + ")";
 }
@@ -112,7 +110,7 @@ Status Gemm(const GemmDesc& desc, const void* a, const void* b, void* c,
   }
   const cpu::GemmArgs args{a, b, c, bias, d};
   if (key.ab_type == DType::kBF16) {
-    if (ActiveBf16Route() == Bf16Route::kViaF32) {
+    if (RouteFor(key) == Bf16Route::kViaF32) {
       return cpu::RunBf16ViaF32(key, args);
     }
     if (!cpu::DnnlHasNativeBf16()) {
