@@ -27,6 +27,7 @@
 #include "bench/peak.h"
 #include "common/cpu_isa.h"
 #include "common/dtype.h"
+#include "common/float_env.h"
 #include "compute/adamw.h"
 #include "compute/gpt_ops.h"
 #include "compute/matmul.h"
@@ -200,6 +201,7 @@ int main(int argc, char** argv) {
   }
   steps = std::max(steps, 1);
   multislice::compute::SetSingleThreaded();
+  multislice::FlushSubnormalsInThisThread();  // as device threads do
   multislice::compute::GemmDesc peak_desc;
   peak_desc.m = peak_desc.n = peak_desc.k = 2048;
   peak_desc.ab_type = matmul_type;

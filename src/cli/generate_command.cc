@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "common/float_env.h"
 #include "compute/matmul.h"
 #include "model/gpt.h"
 #include "train/checkpoint.h"
@@ -91,6 +92,7 @@ int Run(const GenerateFlags& flags) {
   }
   const model::gpt::GptConfig& config = state->model;
   compute::SetSingleThreaded();
+  FlushSubnormalsInThisThread();  // as training's device threads do
   model::gpt::GptModel gpt(config, DType::kF32);
   std::vector<int32_t> tokens;
   for (unsigned char c : flags.prompt) tokens.push_back(c);

@@ -7,6 +7,8 @@
 #include <mutex>
 #include <thread>
 
+#include "common/float_env.h"
+
 namespace multislice::runtime {
 
 Runtime::Runtime(const RuntimeOptions& options) : options_(options) {}
@@ -108,6 +110,7 @@ Status Runtime::RunOnDevices(const std::function<Status(int)>& fn) {
     threads.emplace_back([&, i] {
       const std::string name = "device" + std::to_string(local_devices_[i]);
       pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+      FlushSubnormalsInThisThread();
       results[i] = fn(i);
       if (!results[i].ok()) report(results[i]);
     });

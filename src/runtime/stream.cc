@@ -2,6 +2,8 @@
 
 #include <pthread.h>
 
+#include "common/float_env.h"
+
 namespace multislice::runtime {
 
 Stream::Stream(std::string name) : name_(std::move(name)) {
@@ -28,6 +30,7 @@ void Stream::Enqueue(std::function<void()> task) {
 void Stream::Loop() {
   // Thread names are at most 15 characters.
   pthread_setname_np(pthread_self(), name_.substr(0, 15).c_str());
+  FlushSubnormalsInThisThread();
   for (;;) {
     std::function<void()> task;
     {
