@@ -1,0 +1,169 @@
+#include "control/agent_capacity.h"
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "control/control_state.h"
+
+namespace multislice::control {
+
+using nlohmann::json;
+
+Result<ApiClient> AgentClient(const std::string& address,
+                              const std::string& token,
+                              std::chrono::milliseconds timeout) {
+  return ApiClient::Create("http://" + address, token, timeout);
+}
+
+Result<std::string> ExecOnWorker(ApiClient& client, const std::string& worker,
+                                 const std::string& command,
+                                 int64_t deadline_ms) {
+  json body = {{"command", command}, {"worker", worker}};
+  Result<HttpResponse> started = client.Call("POST", "/agent/v1/exec", &body);
+  if (!started.ok()) return started.status();
+  if (started->status / 100 != 2 || !started->body.is_object() ||
+      !started->body.contains("execId") ||
+      !started->body["execId"].is_string()) {
+    return ErrorFromResponse(*started);
+  }
+  const std::string exec_id = started->body["execId"].get<std::string>();
+  std::string output;
+  int64_t offset = 0;
+  while (SteadyMs() < deadline_ms) {
+    Result<HttpResponse> r =
+        client.Call("GET", "/agent/v1/exec/" + exec_id +
+                               "?offset=" + std::to_string(offset));
+    if (!r.ok()) return r.status();
+    if (r->status != 200 || !r->body.is_object()) return ErrorFromResponse(*r);
+    output += r->body.value("output", "");
+    offset = r->body.value("nextOffset", offset);
+    if (r->body.value("done", false)) return output;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return DeadlineExceeded("the agent did not finish the command in time");
+}
+
+namespace {
+
+// A 409 on start: a worker of that name already runs. Ours (a restarted
+// controller) counts as started; one of another attempt is stopped.
+bool AdoptOrStopRunning(ApiClient& client, const StartTarget& t, int attempt,
+                        int grace_seconds) {
+  Result<HttpResponse> list = client.Call("GET", "/agent/v1/workers");
+  if (!list.ok() || list->status != 200) return false;
+  bool ours = false;
+  for (const json& w : list->body.value("workers", json::array())) {
+    if (w.value("name", "") != t.name) continue;
+    if (w.value("state", "") != "RUNNING") continue;
+    if (w.value("attempt", -1) == attempt) {
+      ours = true;
+    } else {
+      json stop = {{"graceSeconds", grace_seconds}};
+      client.Call("POST", "/agent/v1/workers/" + t.name + ":stop", &stop)
+          .status()
+          .ok();
+    }
+  }
+  return ours;
+}
+
+// Whether `name` is "{prefix}{node}.{worker}": not another QR's worker whose
+// id extends ours.
+bool IsWorkerOf(const std::string& name, const std::string& prefix) {
+  if (name.rfind(prefix, 0) != 0) return false;
+  const std::string rest = name.substr(prefix.size());
+  return rest.find_first_not_of("0123456789.") == std::string::npos &&
+         std::count(rest.begin(), rest.end(), '.') == 1;
+}
+
+}  // namespace
+
+WorkResult AgentCapacity::StartWorkers(const std::vector<StartTarget>& targets,
+                                       int attempt, const std::string& script,
+                                       int nodes) {
+  WorkResult result;
+  std::mutex result_mu;
+  std::vector<char> ok(targets.size(), 0);
+  const auto timeout = options_.agent_call_timeout;
+  ForEachParallel(targets, [&](const StartTarget& t, size_t index) {
+    Result<ApiClient> client =
+        AgentClient(t.host.agent_address, options_.token, timeout);
+    if (!client.ok()) return;
+    json body = {{"attempt", attempt}, {"script", script}, {"env", t.env}};
+    Result<HttpResponse> put =
+        client->Call("PUT", "/agent/v1/workers/" + t.name, &body);
+    if (put.ok() && put->status == 409) {
+      ok[index] =
+          AdoptOrStopRunning(*client, t, attempt, options_.stop_grace_seconds);
+      return;
+    }
+    std::lock_guard<std::mutex> lock(result_mu);
+    if (!put.ok()) {
+      result.lost_hosts.insert(t.host.host_id);
+    } else if (put->status == 201 || put->status == 200) {
+      ok[index] = 1;
+      result.started_workers.emplace_back(t.host.host_id, put->body);
+    } else {
+      result.hard_error = "agent " + t.host.host_id + " refused worker " +
+                          t.name + ": " + ErrorFromResponse(*put).message();
+    }
+  });
+  std::vector<int> pending(nodes, 0);
+  std::set<int> touched;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    touched.insert(targets[i].node);
+    if (!ok[i]) ++pending[targets[i].node];
+  }
+  for (int node : touched) {
+    if (pending[node] == 0) result.started_nodes.insert(node);
+  }
+  result.complete = result.lost_hosts.empty() && result.hard_error.empty() &&
+                    static_cast<size_t>(std::count(ok.begin(), ok.end(), 1)) ==
+                        targets.size();
+  return result;
+}
+
+WorkResult AgentCapacity::StopWorkers(const std::vector<HostCall>& hosts,
+                                      const std::string& worker_prefix) {
+  WorkResult result;
+  std::mutex result_mu;
+  std::atomic<bool> all_stopped{true};
+  const auto timeout =
+      options_.agent_call_timeout +
+      std::chrono::milliseconds(1000LL * options_.stop_grace_seconds);
+  ForEachParallel(hosts, [&](const HostCall& h, size_t) {
+    Result<ApiClient> client =
+        AgentClient(h.agent_address, options_.token, timeout);
+    if (!client.ok()) return;
+    Result<HttpResponse> list = client->Call("GET", "/agent/v1/workers");
+    if (!list.ok()) {
+      // The agent is gone, and its process groups with it.
+      std::lock_guard<std::mutex> lock(result_mu);
+      result.lost_hosts.insert(h.host_id);
+      return;
+    }
+    if (list->status != 200) {
+      all_stopped = false;
+      return;
+    }
+    for (const json& w : list->body.value("workers", json::array())) {
+      const std::string name = w.value("name", "");
+      if (!IsWorkerOf(name, worker_prefix)) continue;
+      if (w.value("state", "") != "RUNNING") continue;
+      json stop = {{"graceSeconds", options_.stop_grace_seconds}};
+      Result<HttpResponse> r =
+          client->Call("POST", "/agent/v1/workers/" + name + ":stop", &stop);
+      if (!r.ok()) {
+        std::lock_guard<std::mutex> lock(result_mu);
+        result.lost_hosts.insert(h.host_id);
+      } else if (r->status != 200 && r->status != 404) {
+        all_stopped = false;
+      }
+    }
+  });
+  result.complete = all_stopped.load();
+  return result;
+}
+
+}  // namespace multislice::control

@@ -1,0 +1,62 @@
+// The seam between the controller's state machine and the machines it runs
+// workers on. The reconciler decides what should run where (from the
+// scheduler's grants); a CapacityProvider makes it so and says what came of
+// it. The embedded provider calls host agents (agent_capacity.h); a cluster
+// scheduler (Slurm) is a second implementation of the same calls.
+//
+// Calls run on a work thread without the controller's lock; they may block
+// for as long as the provider's own timeouts allow.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace multislice::control {
+
+// One host's address, as a work thread needs it.
+struct HostCall {
+  std::string host_id;
+  std::string agent_address;
+};
+
+// One worker to start: worker `worker` of node (slice) `node`.
+struct StartTarget {
+  int node = 0;
+  int worker = 0;
+  HostCall host;
+  std::string name;    // WorkerName(id, node, worker)
+  nlohmann::json env;  // the worker environment (docs/control.md)
+};
+
+// What came of one stage's calls.
+struct WorkResult {
+  bool complete = false;             // the stage's calls all succeeded
+  std::set<int> started_nodes;       // start: nodes whose workers all run
+  std::set<std::string> lost_hosts;  // hosts that could not be reached
+  std::string hard_error;            // a host refused: the QR fails
+  // start: the status each host answered for a started worker (its pid),
+  // known before the next heartbeat carries it.
+  std::vector<std::pair<std::string, nlohmann::json>> started_workers;
+};
+
+class CapacityProvider {
+ public:
+  virtual ~CapacityProvider() = default;
+
+  // Starts `targets` (workers of `nodes` slices) as attempt `attempt`
+  // running `script`. A worker of the same name already running this
+  // attempt counts as started; one of an older attempt is stopped.
+  virtual WorkResult StartWorkers(const std::vector<StartTarget>& targets,
+                                  int attempt, const std::string& script,
+                                  int nodes) = 0;
+
+  // Stops every worker named "{worker_prefix}{node}.{worker}" on `hosts`;
+  // complete once none of them runs.
+  virtual WorkResult StopWorkers(const std::vector<HostCall>& hosts,
+                                 const std::string& worker_prefix) = 0;
+};
+
+}  // namespace multislice::control

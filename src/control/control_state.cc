@@ -1,0 +1,226 @@
+#include "control/control_state.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+namespace multislice::control {
+
+using nlohmann::json;
+
+int64_t WallMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+json Host::ToStorage() const {
+  return {{"id", id},
+          {"hostname", hostname},
+          {"zone", zone},
+          {"acceleratorType", accelerator_type},
+          {"agentAddress", agent_address},
+          {"workdir", workdir},
+          {"lost", lost},
+          {"lostReason", lost_reason}};
+}
+
+Host Host::FromStorage(const json& j) {
+  Host h;
+  h.id = j.value("id", "");
+  h.hostname = j.value("hostname", "");
+  h.zone = j.value("zone", "");
+  h.accelerator_type = j.value("acceleratorType", "");
+  h.agent_address = j.value("agentAddress", "");
+  h.workdir = j.value("workdir", "");
+  h.lost = j.value("lost", false);
+  h.lost_reason = j.value("lostReason", "");
+  return h;
+}
+
+std::string Host::ip() const {
+  size_t colon = agent_address.rfind(':');
+  return colon == std::string::npos ? agent_address
+                                    : agent_address.substr(0, colon);
+}
+
+bool IsLoopback(const std::string& ip) {
+  return ip == "localhost" || ip.rfind("127.", 0) == 0 || ip == "::1";
+}
+
+std::string QrName(const std::string& project, const std::string& zone,
+                   const std::string& id) {
+  return "projects/" + project + "/locations/" + zone + "/queuedResources/" +
+         id;
+}
+
+ControlState::ControlState(const ControllerOptions& options,
+                           std::unique_ptr<Store> store)
+    : options_(options), store_(std::move(store)) {}
+
+Status ControlState::Load() {
+  ASSIGN_OR_RETURN(StoreSnapshot snapshot, store_->Load());
+  const int64_t now = SteadyMs();
+  for (QueuedResourceRecord& r : snapshot.queued_resources) {
+    next_seq = std::max(next_seq, r.seq + 1);
+    records[r.name] = std::move(r);
+  }
+  for (OperationRecord& op : snapshot.operations) ops[op.name] = op;
+  for (const json& j : snapshot.hosts) {
+    Host h = Host::FromStorage(j);
+    h.last_heartbeat = now;  // a grace period of one timeout after restart
+    int n = std::atoi(h.id.c_str() + (h.id.rfind("host-", 0) == 0 ? 5 : 0));
+    next_host = std::max(next_host, n + 1);
+    hosts[h.id] = h;
+  }
+  if (!records.empty()) {
+    Log("restored " + std::to_string(records.size()) + " queued resources, " +
+        std::to_string(ops.size()) + " operations, " +
+        std::to_string(hosts.size()) + " hosts");
+  }
+  return OkStatus();
+}
+
+Status ControlState::Persist(QueuedResourceRecord& r,
+                             std::vector<OperationRecord> changed_ops) {
+  r.RecordStateChange(WallMs());
+  StoreChange change;
+  change.put_queued_resources.push_back(r);
+  change.put_operations = std::move(changed_ops);
+  return store_->Apply(change);
+}
+
+Status ControlState::PersistHost(const Host& h) {
+  StoreChange change;
+  change.put_hosts.push_back(h.ToStorage());
+  return store_->Apply(change);
+}
+
+OperationRecord ControlState::NewOperation(const QueuedResourceRecord& r,
+                                           const std::string& api,
+                                           const std::string& verb) {
+  char suffix[32];
+  std::snprintf(suffix, sizeof(suffix), "%016llx",
+                static_cast<unsigned long long>(rng_()));
+  OperationRecord op;
+  op.name = "projects/" + r.project + "/locations/" + r.zone +
+            "/operations/operation-" + suffix;
+  op.target = r.name;
+  op.verb = verb;
+  op.api_version = api;
+  op.create_ms = WallMs();
+  return op;
+}
+
+void ControlState::FinishOps(QueuedResourceRecord& r, const json& response,
+                             std::vector<OperationRecord>* changed) {
+  for (const std::string& name : r.waiting_ops) {
+    auto it = ops.find(name);
+    if (it == ops.end() || it->second.done) continue;
+    OperationRecord op = it->second;
+    op.done = true;
+    op.end_ms = WallMs();
+    if (op.verb == "delete") {
+      op.response = {{"@type", "type.googleapis.com/google.protobuf.Empty"}};
+    } else {
+      op.response = response;
+      op.response["@type"] =
+          "type.googleapis.com/google.cloud.tpu.v2alpha1.QueuedResource";
+    }
+    changed->push_back(op);
+  }
+  r.waiting_ops.clear();
+}
+
+std::map<std::string, std::string> ControlState::HostOwners() const {
+  std::map<std::string, std::string> owners;
+  for (const auto& [name, r] : records) {
+    for (const NodeRecord& n : r.nodes) {
+      for (const std::string& h : n.hosts) owners[h] = name;
+    }
+    for (const std::string& h : r.retired_hosts) owners[h] = name;
+  }
+  return owners;
+}
+
+QueuedResourceRecord* ControlState::FindById(const std::string& id) {
+  auto it = records.find(id);
+  if (it != records.end()) return &it->second;
+  for (auto& [name, r] : records) {
+    if (r.id == id || r.name == id) return &r;
+  }
+  return nullptr;
+}
+
+void ControlState::Log(const std::string& line) const {
+  std::fprintf(stderr, "controller: %s\n", line.c_str());
+}
+
+namespace {
+
+// Sends node `lost_node` of `r` to repair: the whole slice is replaced, its
+// hosts stay with r (retired) until its workers on them are stopped.
+void RepairNode(QueuedResourceRecord& r, int lost_node,
+                const std::string& host_id, const ControlState& state) {
+  NodeRecord& n = r.nodes[lost_node];
+  for (const std::string& h : n.hosts) r.retired_hosts.push_back(h);
+  n.hosts.clear();
+  n.started = false;
+  n.health = "TIMEOUT";
+  const bool repairing = r.state == QrState::kActive ||
+                         r.state == QrState::kProvisioning ||
+                         r.state == QrState::kWaitingForResources;
+  if (repairing) {
+    n.state = "REPAIRING";
+    for (NodeRecord& other : r.nodes) {
+      other.started = false;
+      if (&other != &n && other.state != "REPAIRING") {
+        other.state = "RESTARTING";
+      }
+    }
+    r.state = QrState::kProvisioning;
+    r.state_initiator = "SERVICE";
+    state.Log(r.id + ": node " + n.node_id + " REPAIRING (" + host_id +
+              " lost)");
+  }
+  r.stage = "stop";
+}
+
+}  // namespace
+
+void ControlState::MarkLost(const std::string& host_id,
+                            const std::string& reason) {
+  auto hit = hosts.find(host_id);
+  if (hit == hosts.end()) return;
+  Host& host = hit->second;
+  if (!host.lost) {
+    host.lost = true;
+    host.lost_at = SteadyMs();
+    host.lost_reason = reason;
+    PersistHost(host).ok();
+    Log(host_id + ": lost (" + reason + ")");
+  }
+  for (auto& [name, r] : records) {
+    int lost_node = -1;
+    for (size_t i = 0; i < r.nodes.size(); ++i) {
+      const auto& hs = r.nodes[i].hosts;
+      if (std::find(hs.begin(), hs.end(), host_id) != hs.end()) {
+        lost_node = static_cast<int>(i);
+      }
+    }
+    if (lost_node < 0) continue;
+    RepairNode(r, lost_node, host_id, *this);
+    Changed(r);
+    Status s = Persist(r);
+    if (!s.ok()) Log("cannot persist " + r.id + ": " + s.message());
+  }
+}
+
+}  // namespace multislice::control

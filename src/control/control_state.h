@@ -1,0 +1,114 @@
+// What the controller's units share: the queued resources, operations and
+// hosts in memory, the lock that guards them, and the writes that keep the
+// Store in step with them.
+//
+// Every change is written to the Store inside the lock before the lock is
+// released, so what the API answers has always been persisted. The units
+// that read and change this state (public_api, host_api, reconciler) each
+// take the lock themselves; the helpers below expect it held.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "control/api_types.h"
+#include "control/controller.h"
+#include "control/store.h"
+
+namespace multislice::control {
+
+int64_t WallMs();    // since the Unix epoch
+int64_t SteadyMs();  // monotonic
+
+// A host as the controller knows it: registered by its agent, kept alive by
+// heartbeats, owned by at most one queued resource at a time.
+struct Host {
+  std::string id;
+  std::string hostname;
+  std::string zone;
+  std::string accelerator_type;
+  std::string agent_address;  // HOST:PORT of its /agent/v1/ API
+  std::string workdir;
+  bool lost = false;
+  std::string lost_reason;
+  int64_t last_heartbeat = 0;  // steady ms; not persisted
+  int64_t lost_at = 0;         // steady ms of the last loss; not persisted
+  nlohmann::json workers = nlohmann::json::array();
+
+  nlohmann::json ToStorage() const;
+  static Host FromStorage(const nlohmann::json& j);
+  // The address part of agent_address.
+  std::string ip() const;
+};
+
+bool IsLoopback(const std::string& ip);
+
+// "projects/{project}/locations/{zone}/queuedResources/{id}".
+std::string QrName(const std::string& project, const std::string& zone,
+                   const std::string& id);
+
+class ControlState {
+ public:
+  ControlState(const ControllerOptions& options, std::unique_ptr<Store> store);
+
+  // Restores records, operations and hosts from the store (at start-up,
+  // before any other thread runs).
+  Status Load();
+
+  const ControllerOptions& options() const { return options_; }
+  Store& store() { return *store_; }
+
+  // --- everything below: with mu held ---
+  // Persists `r` (and `ops`), appending r's state to its history when it
+  // changed: every transition passes here.
+  Status Persist(QueuedResourceRecord& r,
+                 std::vector<OperationRecord> ops = {});
+  Status PersistHost(const Host& h);
+  OperationRecord NewOperation(const QueuedResourceRecord& r,
+                               const std::string& api, const std::string& verb);
+  // Marks r's waiting operations done with `response`; appends them to
+  // `changed` (the caller persists them with r).
+  void FinishOps(QueuedResourceRecord& r, const nlohmann::json& response,
+                 std::vector<OperationRecord>* changed);
+  // A work thread's result applies only if the record's version has not
+  // moved since the work was launched.
+  void Changed(QueuedResourceRecord& r) { ++versions[r.name]; }
+  // Marks the host lost and sends every queued resource using it to repair.
+  void MarkLost(const std::string& host_id, const std::string& reason);
+  // Host id -> the name of the queued resource holding it.
+  std::map<std::string, std::string> HostOwners() const;
+  // By id or full name; nullptr when none.
+  QueuedResourceRecord* FindById(const std::string& id);
+  // Wakes the reconcile loop.
+  void Wake() {
+    wake = true;
+    cv.notify_all();
+  }
+  void Log(const std::string& line) const;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool wake = false;                                    // guarded by mu
+  bool stopping = false;                                // guarded by mu
+  std::map<std::string, QueuedResourceRecord> records;  // by name
+  std::map<std::string, uint64_t> versions;             // by name
+  std::map<std::string, OperationRecord> ops;           // by name
+  std::map<std::string, Host> hosts;                    // by id
+  int64_t next_seq = 1;
+  int next_host = 1;
+
+ private:
+  const ControllerOptions& options_;
+  std::unique_ptr<Store> store_;
+  std::mt19937_64 rng_{std::random_device{}()};
+};
+
+}  // namespace multislice::control

@@ -1,0 +1,301 @@
+#include "control/host_api.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "control/agent_capacity.h"
+#include "runtime/mesh/topology.h"
+
+namespace multislice::control {
+
+using nlohmann::json;
+
+void HostApi::Mount(httplib::Server& server, const std::string& token) {
+  using R = const httplib::Request&;
+  using W = httplib::Response&;
+  auto authed = [this, &token](void (HostApi::*handler)(R, W)) {
+    return WithBearer(token,
+                      [this, handler](R q, W s) { (this->*handler)(q, s); });
+  };
+  const std::string hosts = "/internal/v1/hosts";
+  const std::string qr = R"(/internal/v1/queuedResources/([^/]+))";
+  server.Post(hosts + ":register", authed(&HostApi::HandleRegister));
+  server.Post(hosts + R"(/([^/:]+):heartbeat)",
+              authed(&HostApi::HandleHeartbeat));
+  server.Post(hosts + R"(/([^/:]+):fail)", authed(&HostApi::HandleFailHost));
+  server.Get(hosts, authed(&HostApi::HandleHosts));
+  server.Get("/internal/v1/capacity", authed(&HostApi::HandleCapacity));
+  server.Get(qr + "/workers", authed(&HostApi::HandleWorkers));
+  server.Get(qr + "/operations", authed(&HostApi::HandleQrOperations));
+  server.Get(qr + "/logs", authed(&HostApi::HandleLogs));
+}
+
+void HostApi::HandleRegister(const httplib::Request& req,
+                             httplib::Response& res) {
+  Result<json> body = ParseJsonText(req.body);
+  if (!body.ok() || !body->is_object()) {
+    WriteError(
+        res, 400, "INVALID_ARGUMENT",
+        body.ok() ? "body: expected an object" : body.status().message());
+    return;
+  }
+  Host h;
+  for (auto [key, target] :
+       std::initializer_list<std::pair<const char*, std::string*>>{
+           {"hostname", &h.hostname},
+           {"zone", &h.zone},
+           {"acceleratorType", &h.accelerator_type},
+           {"agentAddress", &h.agent_address},
+           {"workdir", &h.workdir}}) {
+    if (!body->contains(key) || !(*body)[key].is_string() ||
+        (*body)[key].get<std::string>().size() > kMaxStringBytes) {
+      WriteError(res, 400, "INVALID_ARGUMENT",
+                 std::string(key) + ": expected a string");
+      return;
+    }
+    *target = (*body)[key].get<std::string>();
+  }
+  const size_t colon = h.agent_address.rfind(':');
+  if (colon == std::string::npos || colon == 0 ||
+      std::atoi(h.agent_address.c_str() + colon + 1) <= 0) {
+    WriteError(res, 400, "INVALID_ARGUMENT",
+               "agentAddress: '" + h.agent_address + "' is not HOST:PORT");
+    return;
+  }
+  Result<mesh::AcceleratorType> type =
+      mesh::ParseAcceleratorType(h.accelerator_type);
+  if (!type.ok()) {
+    WriteError(res, 400, "INVALID_ARGUMENT",
+               "acceleratorType: " + type.status().message());
+    return;
+  }
+  std::lock_guard<std::mutex> lock(state_.mu);
+  for (const auto& [id, known] : state_.hosts) {
+    if (known.agent_address == h.agent_address) {
+      h.id = id;
+      h.lost_at = known.lost_at;
+    }
+  }
+  if (h.id.empty()) h.id = "host-" + std::to_string(state_.next_host++);
+  h.last_heartbeat = SteadyMs();
+  Status s = state_.PersistHost(h);
+  if (!s.ok()) {
+    WriteError(res, 500, "INTERNAL", s.message());
+    return;
+  }
+  state_.hosts[h.id] = h;
+  state_.Log(h.id + ": registered " + h.accelerator_type + " at " +
+             h.agent_address);
+  state_.Wake();
+  WriteJson(
+      res, 200,
+      {{"hostId", h.id},
+       {"heartbeatIntervalMs", state_.options().heartbeat_interval.count()}});
+}
+
+void HostApi::HandleHeartbeat(const httplib::Request& req,
+                              httplib::Response& res) {
+  const std::string id = req.matches[1];
+  json body = json::parse(req.body, nullptr, false);
+  std::lock_guard<std::mutex> lock(state_.mu);
+  auto it = state_.hosts.find(id);
+  if (it == state_.hosts.end() || it->second.lost) {
+    WriteError(res, 404, "NOT_FOUND",
+               "host " + id + " is not registered (register again)");
+    return;
+  }
+  it->second.last_heartbeat = SteadyMs();
+  if (body.is_object() && body.contains("workers") &&
+      body["workers"].is_array()) {
+    it->second.workers = body["workers"];
+  }
+  WriteJson(res, 200, json::object());
+}
+
+void HostApi::HandleFailHost(const httplib::Request& req,
+                             httplib::Response& res) {
+  const std::string id = req.matches[1];
+  std::lock_guard<std::mutex> lock(state_.mu);
+  auto it = state_.hosts.find(id);
+  if (it == state_.hosts.end()) {
+    // Accept the agent address or hostname too.
+    for (auto h = state_.hosts.begin(); h != state_.hosts.end(); ++h) {
+      if (h->second.agent_address == id || h->second.hostname == id) it = h;
+    }
+  }
+  if (it == state_.hosts.end()) {
+    WriteError(res, 404, "NOT_FOUND", "host " + id + " not found");
+    return;
+  }
+  const std::string owner = state_.HostOwners().count(it->first)
+                                ? state_.HostOwners().at(it->first)
+                                : std::string();
+  state_.MarkLost(it->first, "failed by admin fail-host");
+  state_.Wake();
+  WriteJson(res, 200,
+            {{"hostId", it->first}, {"lost", true}, {"queuedResource", owner}});
+}
+
+void HostApi::HandleHosts(const httplib::Request&, httplib::Response& res) {
+  std::lock_guard<std::mutex> lock(state_.mu);
+  std::map<std::string, std::string> owners = state_.HostOwners();
+  json out = {{"hosts", json::array()}};
+  for (const auto& [id, h] : state_.hosts) {
+    json j = h.ToStorage();
+    j["queuedResource"] = owners.count(id) ? owners[id] : "";
+    j["workers"] = h.workers;
+    out["hosts"].push_back(j);
+  }
+  WriteJson(res, 200, out);
+}
+
+void HostApi::HandleCapacity(const httplib::Request&, httplib::Response& res) {
+  std::lock_guard<std::mutex> lock(state_.mu);
+  std::map<std::string, std::string> owners = state_.HostOwners();
+  const int64_t steady = SteadyMs();
+  json hosts = json::array();
+  for (const auto& [id, h] : state_.hosts) {
+    const bool used = owners.count(id) > 0;
+    hosts.push_back({{"id", id},
+                     {"hostname", h.hostname},
+                     {"zone", h.zone},
+                     {"acceleratorType", h.accelerator_type},
+                     {"agentAddress", h.agent_address},
+                     {"state", h.lost ? "LOST" : (used ? "USED" : "FREE")},
+                     {"lostReason", h.lost_reason},
+                     {"queuedResource", used ? owners[id] : ""},
+                     {"heartbeatAgeMs", steady - h.last_heartbeat}});
+  }
+  int64_t held[kNumTiers] = {0, 0, 0, 0};
+  int64_t idle[kNumTiers] = {0, 0, 0, 0};  // FAILED or SUSPENDED
+  int idle_count[kNumTiers] = {0, 0, 0, 0};
+  for (const auto& [name, r] : state_.records) {
+    if (!r.holds_quota) continue;
+    const int t = static_cast<int>(r.spec.tier);
+    held[t] += r.total_chips();
+    if (r.state == QrState::kFailed || r.state == QrState::kSuspended) {
+      idle[t] += r.total_chips();
+      ++idle_count[t];
+    }
+  }
+  json tiers = json::array();
+  for (int t = 0; t < kNumTiers; ++t) {
+    tiers.push_back({{"tier", TierName(static_cast<Tier>(t))},
+                     {"usedChips", held[t]},
+                     {"quotaChips", state_.options().quota_chips[t]},
+                     {"heldByFailedOrSuspendedChips", idle[t]},
+                     {"failedOrSuspended", idle_count[t]}});
+  }
+  WriteJson(res, 200, {{"hosts", hosts}, {"tiers", tiers}});
+}
+
+void HostApi::HandleQrOperations(const httplib::Request& req,
+                                 httplib::Response& res) {
+  const std::string id = req.matches[1];
+  std::lock_guard<std::mutex> lock(state_.mu);
+  QueuedResourceRecord* r = FoundOr404(state_.FindById(id), id, res);
+  if (!r) return;
+  std::vector<const OperationRecord*> matching;
+  for (const auto& [name, op] : state_.ops) {
+    if (op.target == r->name) matching.push_back(&op);
+  }
+  std::sort(matching.begin(), matching.end(), [](const auto* a, const auto* b) {
+    return a->create_ms < b->create_ms;
+  });
+  json out = json::array();
+  for (const OperationRecord* op : matching) out.push_back(op->ToApi());
+  WriteJson(res, 200, {{"operations", out}});
+}
+
+void HostApi::HandleWorkers(const httplib::Request& req,
+                            httplib::Response& res) {
+  const std::string id = req.matches[1];
+  std::lock_guard<std::mutex> lock(state_.mu);
+  QueuedResourceRecord* r = FoundOr404(state_.FindById(id), id, res);
+  if (!r) return;
+  json workers = json::array();
+  for (size_t i = 0; i < r->nodes.size(); ++i) {
+    const NodeRecord& n = r->nodes[i];
+    for (size_t w = 0; w < n.hosts.size(); ++w) {
+      const Host& h = state_.hosts[n.hosts[w]];
+      const std::string name =
+          WorkerName(r->id, static_cast<int>(i), static_cast<int>(w));
+      workers.push_back({{"node", n.node_id},
+                         {"nodeIndex", i},
+                         {"worker", w},
+                         {"name", name},
+                         {"hostId", h.id},
+                         {"agentAddress", h.agent_address},
+                         {"directory", h.workdir + "/workers/" + name}});
+    }
+  }
+  WriteJson(res, 200, {{"workers", workers}, {"attempt", r->attempt}});
+}
+
+void HostApi::HandleLogs(const httplib::Request& req, httplib::Response& res) {
+  const std::string id = req.matches[1];
+  int64_t bytes = 4096;
+  if (req.has_param("bytes")) {
+    const std::string text = req.get_param_value("bytes");
+    char* end = nullptr;
+    long long v = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || v < 1 || v > 65536) {
+      WriteError(res, 400, "INVALID_ARGUMENT",
+                 "bytes: '" + text.substr(0, 40) +
+                     "' is not an integer from 1 to 65536");
+      return;
+    }
+    bytes = v;
+  }
+  struct Target {
+    json entry;
+    std::string agent_address;
+  };
+  std::vector<Target> targets;
+  {
+    std::lock_guard<std::mutex> lock(state_.mu);
+    QueuedResourceRecord* r = FoundOr404(state_.FindById(id), id, res);
+    if (!r) return;
+    for (size_t i = 0; i < r->nodes.size(); ++i) {
+      const NodeRecord& n = r->nodes[i];
+      for (size_t w = 0; w < n.hosts.size(); ++w) {
+        auto hit = state_.hosts.find(n.hosts[w]);
+        if (hit == state_.hosts.end()) continue;
+        Target t;
+        t.entry = {{"node", n.node_id},
+                   {"nodeIndex", i},
+                   {"worker", w},
+                   {"name", WorkerName(r->id, static_cast<int>(i),
+                                       static_cast<int>(w))},
+                   {"hostId", hit->first}};
+        t.agent_address = hit->second.agent_address;
+        targets.push_back(std::move(t));
+      }
+    }
+  }
+  // Outside the lock: each agent runs `tail` in the worker's directory
+  // (its exec call, like `queued-resources ssh`), read back until done.
+  std::vector<json> out(targets.size());
+  const std::string command = "tail -c " + std::to_string(bytes) +
+                              " startup-script.log 2>/dev/null || true";
+  const std::string token = state_.options().token;
+  ForEachParallel(targets, [&](const Target& t, size_t i) {
+    json entry = t.entry;
+    entry["log"] = "";
+    Result<ApiClient> client =
+        AgentClient(t.agent_address, token, std::chrono::milliseconds(3000));
+    Result<std::string> log =
+        client.ok() ? ExecOnWorker(*client, entry["name"].get<std::string>(),
+                                   command, SteadyMs() + 3000)
+                    : Result<std::string>(client.status());
+    if (log.ok()) {
+      entry["log"] = *log;
+    } else {
+      entry["error"] = log.status().message();
+    }
+    out[i] = entry;
+  });
+  WriteJson(res, 200, {{"workers", out}, {"bytes", bytes}});
+}
+
+}  // namespace multislice::control

@@ -1,0 +1,251 @@
+#include "control/public_api.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "runtime/mesh/topology.h"
+
+namespace multislice::control {
+
+using nlohmann::json;
+
+void PublicApi::Mount(httplib::Server& server, const std::string& token) {
+  const std::string base =
+      R"(/(v2alpha1|v2)/projects/([^/]+)/locations/([^/]+))";
+  const std::string qrs = base + "/queuedResources";
+  const std::string qr = qrs + R"(/([^/:]+))";
+  using R = const httplib::Request&;
+  using W = httplib::Response&;
+  auto authed = [this, &token](void (PublicApi::*handler)(R, W)) {
+    return WithBearer(token,
+                      [this, handler](R q, W s) { (this->*handler)(q, s); });
+  };
+  server.Post(qrs, authed(&PublicApi::HandleCreate));
+  server.Get(qrs, authed(&PublicApi::HandleList));
+  server.Get(qr, authed(&PublicApi::HandleGet));
+  server.Delete(qr, authed(&PublicApi::HandleDelete));
+  server.Post(qr + ":reset", authed(&PublicApi::HandleReset));
+  server.Get(base + R"(/operations/([^/]+))",
+             authed(&PublicApi::HandleOperation));
+}
+
+void PublicApi::HandleCreate(const httplib::Request& req,
+                             httplib::Response& res) {
+  const std::string api = req.matches[1], project = req.matches[2],
+                    zone = req.matches[3];
+  if (zone == "-") {
+    WriteError(res, 400, "INVALID_ARGUMENT",
+               "parent: a queued resource is created in one zone, not '-'");
+    return;
+  }
+  const std::string id = req.get_param_value("queued_resource_id");
+  if (id.empty()) {
+    WriteError(res, 400, "INVALID_ARGUMENT", "queued_resource_id: is required");
+    return;
+  }
+  if (!ValidResourceId(id) || id.size() > 63) {
+    WriteError(res, 400, "INVALID_ARGUMENT",
+               "queued_resource_id: '" + id.substr(0, 80) +
+                   "' does not match ^[A-Za-z0-9_.~+%-]+$ (at most 63 "
+                   "characters)");
+    return;
+  }
+  Result<json> body = ParseJsonText(req.body);
+  if (!body.ok()) {
+    WriteError(res, 400, "INVALID_ARGUMENT", body.status().message());
+    return;
+  }
+  Result<QueuedResourceSpec> spec = ParseQueuedResource(*body, id, WallMs());
+  if (!spec.ok()) {
+    WriteError(res, 400, "INVALID_ARGUMENT", spec.status().message());
+    return;
+  }
+  Result<mesh::AcceleratorType> type =
+      mesh::ParseAcceleratorType(spec->accelerator_type);
+  QueuedResourceRecord r;
+  r.name = QrName(project, zone, id);
+  r.project = project;
+  r.zone = zone;
+  r.id = id;
+  r.create_ms = WallMs();
+  r.spec = std::move(*spec);
+  r.hosts_per_slice = type->hosts_per_slice();
+  r.chips_per_slice = type->num_chips;
+  r.state = QrState::kAccepted;
+  for (const std::string& node_id : r.spec.node_ids) {
+    NodeRecord n;
+    n.node_id = node_id;
+    r.nodes.push_back(n);
+  }
+  std::unique_lock<std::mutex> lock(state_.mu);
+  if (state_.records.count(r.name)) {
+    WriteError(res, 409, "ALREADY_EXISTS",
+               "queued resource " + r.name + " already exists");
+    return;
+  }
+  r.seq = state_.next_seq++;
+  OperationRecord op = state_.NewOperation(r, api, "create");
+  r.waiting_ops.push_back(op.name);
+  Status s = state_.Persist(r, {op});
+  if (!s.ok()) {
+    WriteError(res, 500, "INTERNAL", s.message());
+    return;
+  }
+  state_.records[r.name] = r;
+  state_.ops[op.name] = op;
+  state_.Log(r.id + ": ACCEPTED (" + std::to_string(r.nodes.size()) + " x " +
+             r.spec.accelerator_type + ", " + TierName(r.spec.tier) + ")");
+  state_.Wake();
+  WriteJson(res, 200, op.ToApi());
+}
+
+void PublicApi::HandleGet(const httplib::Request& req, httplib::Response& res) {
+  const std::string name =
+      QrName(req.matches[2], req.matches[3], req.matches[4]);
+  std::lock_guard<std::mutex> lock(state_.mu);
+  QueuedResourceRecord* found = FoundOr404(state_.FindById(name), name, res);
+  if (!found) return;
+  WriteJson(res, 200, found->ToApi());
+}
+
+void PublicApi::HandleList(const httplib::Request& req,
+                           httplib::Response& res) {
+  const std::string project = req.matches[2], zone = req.matches[3];
+  int page_size = 100;
+  if (req.has_param("pageSize")) {
+    const std::string text = req.get_param_value("pageSize");
+    char* end = nullptr;
+    long v = std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || v < 0 || v > 1000) {
+      WriteError(res, 400, "INVALID_ARGUMENT",
+                 "pageSize: '" + text.substr(0, 40) +
+                     "' is not an integer from 0 to 1000");
+      return;
+    }
+    if (v > 0) page_size = static_cast<int>(v);
+  }
+  int64_t after = 0;
+  if (req.has_param("pageToken") && !req.get_param_value("pageToken").empty()) {
+    const std::string text = req.get_param_value("pageToken");
+    char* end = nullptr;
+    long long v = std::strtoll(text.c_str(), &end, 10);
+    if (*end != '\0' || v < 0) {
+      WriteError(res, 400, "INVALID_ARGUMENT",
+                 "pageToken: '" + text.substr(0, 40) +
+                     "' is not a token from a previous list");
+      return;
+    }
+    after = v;
+  }
+  std::vector<const QueuedResourceRecord*> matching;
+  std::lock_guard<std::mutex> lock(state_.mu);
+  for (const auto& [name, r] : state_.records) {
+    if (r.project == project && (zone == "-" || r.zone == zone) &&
+        r.seq > after) {
+      matching.push_back(&r);
+    }
+  }
+  std::sort(matching.begin(), matching.end(),
+            [](const auto* a, const auto* b) { return a->seq < b->seq; });
+  json out = {{"queuedResources", json::array()}};
+  for (size_t i = 0; i < matching.size() && static_cast<int>(i) < page_size;
+       ++i) {
+    out["queuedResources"].push_back(matching[i]->ToApi());
+  }
+  if (static_cast<int>(matching.size()) > page_size) {
+    out["nextPageToken"] = std::to_string(matching[page_size - 1]->seq);
+  }
+  WriteJson(res, 200, out);
+}
+
+void PublicApi::HandleDelete(const httplib::Request& req,
+                             httplib::Response& res) {
+  const std::string api = req.matches[1];
+  const std::string name =
+      QrName(req.matches[2], req.matches[3], req.matches[4]);
+  const std::string force_text = req.get_param_value("force");
+  const bool force = force_text == "true" || force_text == "1";
+  std::lock_guard<std::mutex> lock(state_.mu);
+  QueuedResourceRecord* found = FoundOr404(state_.FindById(name), name, res);
+  if (!found) return;
+  QueuedResourceRecord r = *found;
+  const bool deletable =
+      r.state == QrState::kAccepted || r.state == QrState::kFailed ||
+      r.state == QrState::kSuspended || r.state == QrState::kDeleting;
+  if (!force && !deletable) {
+    WriteError(res, 400, "FAILED_PRECONDITION",
+               "queued resource " + name + " is " + StateName(r.state) +
+                   ": without force only ACCEPTED, FAILED or SUSPENDED queued "
+                   "resources are deleted (pass force=true to delete its "
+                   "nodes first)");
+    return;
+  }
+  OperationRecord op = state_.NewOperation(r, api, "delete");
+  r.waiting_ops.push_back(op.name);
+  r.delete_requested = true;
+  r.state = QrState::kDeleting;
+  r.state_initiator = "USER";
+  r.stage = "stop";
+  for (NodeRecord& n : r.nodes) n.state = "DELETING";
+  CommitUserChange(r, op, r.id + ": DELETING", res);
+}
+
+void PublicApi::HandleReset(const httplib::Request& req,
+                            httplib::Response& res) {
+  const std::string api = req.matches[1];
+  const std::string name =
+      QrName(req.matches[2], req.matches[3], req.matches[4]);
+  std::lock_guard<std::mutex> lock(state_.mu);
+  QueuedResourceRecord* found = FoundOr404(state_.FindById(name), name, res);
+  if (!found) return;
+  QueuedResourceRecord r = *found;
+  if (r.state != QrState::kActive) {
+    WriteError(res, 400, "FAILED_PRECONDITION",
+               "queued resource " + name + " is " + StateName(r.state) +
+                   ": only an ACTIVE queued resource can be reset");
+    return;
+  }
+  OperationRecord op = state_.NewOperation(r, api, "reset");
+  r.waiting_ops.push_back(op.name);
+  r.state = QrState::kProvisioning;
+  r.state_initiator = "USER";
+  r.stage = "stop";
+  for (NodeRecord& n : r.nodes) {
+    n.state = "RESTARTING";
+    n.started = false;
+  }
+  CommitUserChange(r, op, r.id + ": reset requested", res);
+}
+
+void PublicApi::CommitUserChange(QueuedResourceRecord& r,
+                                 const OperationRecord& op,
+                                 const std::string& log_line,
+                                 httplib::Response& res) {
+  Status s = state_.Persist(r, {op});
+  if (!s.ok()) {
+    WriteError(res, 500, "INTERNAL", s.message());
+    return;
+  }
+  state_.records[r.name] = r;
+  state_.Changed(state_.records[r.name]);
+  state_.ops[op.name] = op;
+  state_.Log(log_line);
+  state_.Wake();
+  WriteJson(res, 200, op.ToApi());
+}
+
+void PublicApi::HandleOperation(const httplib::Request& req,
+                                httplib::Response& res) {
+  const std::string name = "projects/" + std::string(req.matches[2]) +
+                           "/locations/" + std::string(req.matches[3]) +
+                           "/operations/" + std::string(req.matches[4]);
+  std::lock_guard<std::mutex> lock(state_.mu);
+  auto it = state_.ops.find(name);
+  if (it == state_.ops.end()) {
+    WriteError(res, 404, "NOT_FOUND", "operation " + name + " not found");
+    return;
+  }
+  WriteJson(res, 200, it->second.ToApi());
+}
+
+}  // namespace multislice::control

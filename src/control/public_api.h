@@ -1,0 +1,36 @@
+// The public queued-resources API (spec 4.1) under /v2alpha1/ and /v2/:
+// create, get, list, delete and reset of queued resources, and their
+// long-running operations. Each handler validates its input, changes the
+// shared state under its lock, persists it and wakes the reconciler; none
+// calls an agent.
+#pragma once
+
+#include "control/control_state.h"
+#include "control/routes.h"
+
+namespace multislice::control {
+
+class PublicApi {
+ public:
+  explicit PublicApi(ControlState& state) : state_(state) {}
+
+  // Routes the API on `server`, behind the bearer check of `token`.
+  void Mount(httplib::Server& server, const std::string& token);
+
+ private:
+  void HandleCreate(const httplib::Request& req, httplib::Response& res);
+  void HandleGet(const httplib::Request& req, httplib::Response& res);
+  void HandleList(const httplib::Request& req, httplib::Response& res);
+  void HandleDelete(const httplib::Request& req, httplib::Response& res);
+  void HandleReset(const httplib::Request& req, httplib::Response& res);
+  void HandleOperation(const httplib::Request& req, httplib::Response& res);
+  // The end of a user's change to an existing queued resource (delete,
+  // reset): persists `r` with its new operation, makes them current, wakes
+  // the reconcile loop and answers the operation. Holds mu.
+  void CommitUserChange(QueuedResourceRecord& r, const OperationRecord& op,
+                        const std::string& log_line, httplib::Response& res);
+
+  ControlState& state_;
+};
+
+}  // namespace multislice::control
