@@ -34,6 +34,7 @@ constexpr const char* kName = "multislice controller";
 
 struct ControllerCommandFlags {
   int port = 8470;
+  int agent_port = 0;
   std::string bind = "127.0.0.1";
   std::string advertise_address;
   std::string data_dir = "multislice-controller";
@@ -117,6 +118,11 @@ int RunController(const ControllerCommandFlags& flags) {
     return Fail(2, "--port: " + std::to_string(flags.port) +
                        " is not a port from 0 to 65535");
   }
+  if (flags.agent_port < 0 || flags.agent_port > 65535 ||
+      (flags.agent_port != 0 && flags.agent_port == flags.port)) {
+    return Fail(2, "--agent-port: " + std::to_string(flags.agent_port) +
+                       " is not a port from 0 to 65535 other than --port");
+  }
   char* end = nullptr;
   const double timeout_s = std::strtod(flags.heartbeat_timeout.c_str(), &end);
   if (flags.heartbeat_timeout.empty() || *end != '\0' || !(timeout_s > 0) ||
@@ -178,6 +184,7 @@ int RunController(const ControllerCommandFlags& flags) {
   options.advertise_address =
       flags.advertise_address.empty() ? flags.bind : flags.advertise_address;
   options.port = flags.port;
+  options.agent_port = flags.agent_port;
   options.heartbeat_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   options.heartbeat_interval = std::chrono::milliseconds(
@@ -293,6 +300,11 @@ void AddControllerCommand(CLI::App& root, CommandTable& table) {
       "--local-hosts 4 --local-accelerator-type cpu-2");
   auto flags = std::make_shared<ControllerCommandFlags>();
   AddIntFlag(cmd, "port", &flags->port, "API port; 0 picks a free one.")
+      ->capture_default_str();
+  AddIntFlag(cmd, "agent_port", &flags->agent_port,
+             "The agents' channel (registration, heartbeats), with threads "
+             "of its own so API clients cannot hold up a heartbeat; 0 picks "
+             "a free one (agents learn it when they register).")
       ->capture_default_str();
   AddStringFlag(cmd, "bind", &flags->bind, "Address to listen on.")
       ->capture_default_str();

@@ -166,4 +166,13 @@ WorkResult AgentCapacity::StopWorkers(const std::vector<HostCall>& hosts,
   return result;
 }
 
+bool AgentCapacity::Alive(const HostCall& host,
+                          std::chrono::milliseconds timeout) {
+  Result<ApiClient> client =
+      AgentClient(host.agent_address, options_.token, timeout);
+  if (!client.ok()) return false;
+  Result<HttpResponse> health = client->Call("GET", "/agent/v1/health");
+  return health.ok() && health->status == 200;
+}
+
 }  // namespace multislice::control

@@ -50,6 +50,7 @@ class AgentCapacity : public CapacityProvider {
                           const std::string& script, int nodes) override;
   WorkResult StopWorkers(const std::vector<HostCall>& hosts,
                          const std::string& worker_prefix) override;
+  bool Alive(const HostCall& host, std::chrono::milliseconds timeout) override;
 
  private:
   const ControllerOptions& options_;

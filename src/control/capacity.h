@@ -8,6 +8,7 @@
 // for as long as the provider's own timeouts allow.
 #pragma once
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -57,6 +58,11 @@ class CapacityProvider {
   // complete once none of them runs.
   virtual WorkResult StopWorkers(const std::vector<HostCall>& hosts,
                                  const std::string& worker_prefix) = 0;
+
+  // Whether the host answers within `timeout`: a positive check made before
+  // a host whose heartbeats stopped is declared lost.
+  virtual bool Alive(const HostCall& host,
+                     std::chrono::milliseconds timeout) = 0;
 };
 
 }  // namespace multislice::control

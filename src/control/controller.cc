@@ -5,6 +5,8 @@
 // threads, never under the lock.
 #include "control/controller.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <filesystem>
@@ -40,6 +42,18 @@ namespace {
 bool Matches(const std::string& id, const Host& h, const std::string& host) {
   return id == host || h.agent_address == host || h.hostname == host ||
          (!h.workdir.empty() && h.workdir == host);
+}
+
+// SO_REUSEADDR only: SO_REUSEPORT would let a stale socket share the port.
+// TCP_DEFER_ACCEPT: the kernel hands over a connection only once its first
+// bytes arrived (or after kDeferAcceptSeconds), so connections that send
+// nothing never hold one of the server's threads.
+constexpr int kDeferAcceptSeconds = 30;
+void SetListenOptions(int sock) {
+  int yes = 1;
+  ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  int defer = kDeferAcceptSeconds;
+  ::setsockopt(sock, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer, sizeof(defer));
 }
 
 // google.rpc.Status bodies for what the library answers itself (413, 404)
@@ -81,6 +95,7 @@ class Controller::Impl {
   Status Init();
   void Stop();
   int port() const { return port_; }
+  int agent_port() const { return agent_port_; }
   std::vector<int> LastReportedWorkerGroups(const std::string& host);
   Status ReportHostLost(const std::string& host, const std::string& reason);
 
@@ -95,9 +110,12 @@ class Controller::Impl {
   std::unique_ptr<HostApi> host_api_;
   std::unique_ptr<Reconciler> reconciler_;
   httplib::Server server_;
+  httplib::Server agent_server_;  // the agents' channel only
   int port_ = 0;
+  int agent_port_ = 0;
   int listen_fd_ = -1;
   std::thread server_thread_;
+  std::thread agent_server_thread_;
   bool stopped_ = false;
 };
 
@@ -120,6 +138,8 @@ Status Controller::Impl::Init() {
   ConfigureServer();
   RETURN_IF_ERROR(Listen());
   server_thread_ = std::thread([this] { server_.listen_after_bind(); });
+  agent_server_thread_ =
+      std::thread([this] { agent_server_.listen_after_bind(); });
   reconciler_->Start();
   return OkStatus();
 }
@@ -133,17 +153,27 @@ void Controller::Impl::ConfigureServer() {
   server_.set_tcp_nodelay(true);
   // Remember the listening socket, to deepen its backlog after bind (the
   // library listens with a backlog of 5, which drops bursts of connects).
-  // SO_REUSEADDR only: SO_REUSEPORT would let a stale socket share the port.
   server_.set_socket_options([this](int sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    SetListenOptions(sock);
     listen_fd_ = sock;
   });
   server_.set_keep_alive_max_count(1000);
-  server_.set_read_timeout(10, 0);
+  // A connection that sends nothing holds a thread this long at most.
+  server_.set_keep_alive_timeout(2);
+  server_.set_read_timeout(5, 0);
   SetErrorHandlers(server_);
   public_api_->Mount(server_, options_.token);
   host_api_->Mount(server_, options_.token);
+  agent_server_.new_task_queue = [n = options_.agent_http_threads] {
+    return new httplib::ThreadPool(static_cast<size_t>(n));
+  };
+  agent_server_.set_payload_max_length(kMaxBodyBytes);
+  agent_server_.set_tcp_nodelay(true);
+  agent_server_.set_socket_options(SetListenOptions);
+  agent_server_.set_keep_alive_timeout(2);
+  agent_server_.set_read_timeout(2, 0);
+  SetErrorHandlers(agent_server_);
+  host_api_->MountAgentChannel(agent_server_, options_.token);
   // The console's static files need no token (they hold no data); every
   // API call they make carries it.
   MountConsole(server_);
@@ -162,6 +192,17 @@ Status Controller::Impl::Listen() {
                        std::to_string(options_.port));
   }
   if (listen_fd_ >= 0) ::listen(listen_fd_, 1024);
+  agent_port_ = options_.agent_port == 0
+                    ? agent_server_.bind_to_any_port(options_.bind_address)
+                    : (agent_server_.bind_to_port(options_.bind_address,
+                                                  options_.agent_port)
+                           ? options_.agent_port
+                           : -1);
+  if (agent_port_ <= 0) {
+    return Unavailable("cannot listen for agents on " + options_.bind_address +
+                       ":" + std::to_string(options_.agent_port));
+  }
+  host_api_->set_agent_port(agent_port_);
   return OkStatus();
 }
 
@@ -174,7 +215,9 @@ void Controller::Impl::Stop() {
     state_->cv.notify_all();
   }
   server_.stop();
+  agent_server_.stop();
   if (server_thread_.joinable()) server_thread_.join();
+  if (agent_server_thread_.joinable()) agent_server_thread_.join();
   if (reconciler_) reconciler_->Stop();
 }
 
@@ -223,6 +266,7 @@ Result<std::unique_ptr<Controller>> Controller::Start(
 }
 
 int Controller::port() const { return impl_->port(); }
+int Controller::agent_port() const { return impl_->agent_port(); }
 Status Controller::ReportHostLost(const std::string& host,
                                   const std::string& reason) {
   return impl_->ReportHostLost(host, reason);

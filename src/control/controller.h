@@ -41,6 +41,17 @@ struct ControllerOptions {
   std::chrono::milliseconds agent_call_timeout{5000};  // beyond the grace
   int64_t quota_chips[kNumTiers] = {-1, -1, -1, -1};   // -1: unlimited
   int http_threads = 64;  // enough for 50 concurrent keep-alive clients
+  // The agents' channel (registration, heartbeats) also listens on a port of
+  // its own, with its own threads, so that clients of the API (idle, slow or
+  // hostile) cannot hold up a heartbeat. 0: any free port; the registration
+  // answer tells agents which (heartbeatPort).
+  int agent_port = 0;
+  int agent_http_threads = 8;
+  // Before a host whose heartbeats stopped is declared lost, the controller
+  // asks its agent directly (GET /agent/v1/health, this long): an agent that
+  // answers is alive, and the silence was the network or this controller's
+  // own overload, not a reason to repair.
+  std::chrono::milliseconds liveness_probe_timeout{1000};
 };
 
 class Controller {
@@ -50,6 +61,8 @@ class Controller {
   ~Controller();  // Stop()s
 
   int port() const;
+  // The agents' channel port (ControllerOptions::agent_port).
+  int agent_port() const;
   // Treats the host whose id, agent address, hostname or workdir is `host`
   // as lost now (as `admin fail-host` does); for a supervisor that saw its
   // agent process exit. NotFound when no host matches.

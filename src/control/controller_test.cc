@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -184,6 +185,98 @@ class ControllerTest : public ::testing::Test {
   std::unique_ptr<ApiClient> client_;
   std::vector<std::unique_ptr<FakeAgent>> agents_;
 };
+
+// Opens `n` TCP connections to 127.0.0.1:port that never send a byte.
+std::vector<int> IdleConnections(int port, int n) {
+  std::vector<int> fds;
+  for (int i = 0; i < n; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 &&
+        ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      fds.push_back(fd);
+    } else if (fd >= 0) {
+      ::close(fd);
+    }
+  }
+  return fds;
+}
+
+// Issue 12, defect 3: 70 idle connections held the 64 HTTP threads, the
+// agents' heartbeats timed out and every ACTIVE queued resource was
+// repaired. Now idle connections hold no thread (TCP_DEFER_ACCEPT), the
+// agents have a port of their own, and a silent host is probed before it is
+// declared lost.
+TEST_F(ControllerTest, IdleConnectionFloodNeitherRepairsNorSlowsTheApi) {
+  ControllerOptions options;
+  options.heartbeat_timeout = std::chrono::milliseconds(1000);
+  options.heartbeat_interval = std::chrono::milliseconds(100);
+  StartController(options);
+  AddAgent();
+  AddAgent();
+  ASSERT_EQ(Create("flood", CpuBody(2)).status, 200);
+  ASSERT_TRUE(WaitState("flood", "ACTIVE"));
+  std::vector<int> idle = IdleConnections(controller_->port(), 150);
+  std::vector<int> idle_agent_port =
+      IdleConnections(controller_->agent_port(), 50);
+  EXPECT_EQ(idle.size(), 150u);
+  // Three heartbeat timeouts of API calls under the flood.
+  std::vector<double> ms;
+  const auto end = Clock::now() + std::chrono::seconds(3);
+  while (Clock::now() < end) {
+    const auto t0 = Clock::now();
+    HttpResponse r =
+        Call("GET", std::string(kParent) + "/queuedResources/flood");
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    EXPECT_EQ(r.status, 200);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (int fd : idle) ::close(fd);
+  for (int fd : idle_agent_port) ::close(fd);
+  std::sort(ms.begin(), ms.end());
+  const double p99 = ms[ms.size() * 99 / 100];
+  std::printf("%zu GETs under 200 idle connections: p50 %.2f ms, p99 %.2f ms\n",
+              ms.size(), ms[ms.size() / 2], p99);
+  EXPECT_LT(p99, 50.0);
+  json qr = Get("flood");
+  EXPECT_EQ(qr["state"]["state"], "ACTIVE");
+  EXPECT_EQ(qr["attempt"], 1) << "the flood made the controller repair";
+  const json hosts = Call("GET", "/internal/v1/hosts").body["hosts"];
+  for (const json& h : hosts) EXPECT_FALSE(h.value("lost", false)) << h.dump();
+}
+
+// A host whose heartbeats stop but whose agent answers the controller's
+// probe is kept (the silence was the way there, not the host); one that
+// answers neither is declared lost and its slice repaired.
+TEST_F(ControllerTest, SilentHostIsProbedBeforeItIsDeclaredLost) {
+  ControllerOptions options;
+  options.heartbeat_timeout = std::chrono::milliseconds(600);
+  options.heartbeat_interval = std::chrono::milliseconds(100);
+  StartController(options);
+  FakeAgent& a = AddAgent();
+  ASSERT_EQ(Create("probe", CpuBody(1)).status, 200);
+  ASSERT_TRUE(WaitState("probe", "ACTIVE"));
+  // Heartbeats blocked on the way in, the agent still answering: simulated
+  // by a controller that cannot hear it (a heartbeat-less agent whose
+  // health answers).
+  a.StopHeartbeatsOnly(true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  EXPECT_EQ(Get("probe")["attempt"], 1);
+  a.StopHeartbeatsOnly(false);
+  a.PauseHeartbeats(true);
+  ASSERT_TRUE(WaitFor([&] {
+    const json hosts = Call("GET", "/internal/v1/hosts").body["hosts"];
+    for (const json& h : hosts) {
+      if (h["id"] == a.host_id() && h.value("lost", false)) return true;
+    }
+    return false;
+  }));
+  a.PauseHeartbeats(false);
+}
 
 TEST_F(ControllerTest, UnauthenticatedRequestsAre401) {
   StartController();

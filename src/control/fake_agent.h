@@ -44,6 +44,10 @@ class FakeAgent {
     };
     server_.Get("/agent/v1/health",
                 authed([this](const httplib::Request&, httplib::Response& res) {
+                  if (paused_) {
+                    WriteError(res, 503, "UNAVAILABLE", "paused");
+                    return;
+                  }
                   WriteJson(res, 200, {{"hostId", host_id()}});
                 }));
     server_.Get("/agent/v1/workers",
@@ -123,7 +127,12 @@ class FakeAgent {
       }
     }
   }
+  // Stops (or resumes) heartbeats, and fails the controller's liveness
+  // probe meanwhile: an agent the controller should declare lost. Worker
+  // calls still answer, so its workers can be stopped.
   void PauseHeartbeats(bool paused) { paused_ = paused; }
+  // Stops (or resumes) heartbeats only: the agent answers every call.
+  void StopHeartbeatsOnly(bool stopped) { silent_ = stopped; }
 
   std::string address() const { return ip_ + ":" + std::to_string(port_); }
   std::string host_id() const {
@@ -164,7 +173,7 @@ class FakeAgent {
     Result<ApiClient> client = ApiClient::Create(
         controller_url_, token_, std::chrono::milliseconds(1000));
     while (!stop_) {
-      if (!paused_) {
+      if (!paused_ && !silent_) {
         std::string id = host_id();
         if (id.empty()) {
           nlohmann::json body = {{"hostname", ip_},
@@ -196,7 +205,7 @@ class FakeAgent {
   httplib::Server server_;
   int port_ = 0;
   std::thread server_thread_, heartbeat_thread_;
-  std::atomic<bool> stop_{false}, paused_{false};
+  std::atomic<bool> stop_{false}, paused_{false}, silent_{false};
   mutable std::mutex mu_;
   std::string host_id_;
   std::map<std::string, FakeWorker> current_;

@@ -10,18 +10,34 @@ namespace multislice::control {
 
 using nlohmann::json;
 
-void HostApi::Mount(httplib::Server& server, const std::string& token) {
-  using R = const httplib::Request&;
-  using W = httplib::Response&;
+namespace {
+
+using R = const httplib::Request&;
+using W = httplib::Response&;
+const char kHosts[] = "/internal/v1/hosts";
+
+}  // namespace
+
+void HostApi::MountAgentChannel(httplib::Server& server,
+                                const std::string& token) {
   auto authed = [this, &token](void (HostApi::*handler)(R, W)) {
     return WithBearer(token,
                       [this, handler](R q, W s) { (this->*handler)(q, s); });
   };
-  const std::string hosts = "/internal/v1/hosts";
-  const std::string qr = R"(/internal/v1/queuedResources/([^/]+))";
+  const std::string hosts = kHosts;
   server.Post(hosts + ":register", authed(&HostApi::HandleRegister));
   server.Post(hosts + R"(/([^/:]+):heartbeat)",
               authed(&HostApi::HandleHeartbeat));
+}
+
+void HostApi::Mount(httplib::Server& server, const std::string& token) {
+  MountAgentChannel(server, token);
+  auto authed = [this, &token](void (HostApi::*handler)(R, W)) {
+    return WithBearer(token,
+                      [this, handler](R q, W s) { (this->*handler)(q, s); });
+  };
+  const std::string hosts = kHosts;
+  const std::string qr = R"(/internal/v1/queuedResources/([^/]+))";
   server.Post(hosts + R"(/([^/:]+):fail)", authed(&HostApi::HandleFailHost));
   server.Get(hosts, authed(&HostApi::HandleHosts));
   server.Get("/internal/v1/capacity", authed(&HostApi::HandleCapacity));
@@ -90,7 +106,8 @@ void HostApi::HandleRegister(const httplib::Request& req,
   WriteJson(
       res, 200,
       {{"hostId", h.id},
-       {"heartbeatIntervalMs", state_.options().heartbeat_interval.count()}});
+       {"heartbeatIntervalMs", state_.options().heartbeat_interval.count()},
+       {"heartbeatPort", agent_port_}});
 }
 
 void HostApi::HandleHeartbeat(const httplib::Request& req,

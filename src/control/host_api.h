@@ -16,6 +16,11 @@ class HostApi {
   // Routes the internal API on `server`, behind the bearer check of
   // `token`.
   void Mount(httplib::Server& server, const std::string& token);
+  // Routes only the agents' channel (registration, heartbeats): the server
+  // of the agent port.
+  void MountAgentChannel(httplib::Server& server, const std::string& token);
+  // The agent port, told to agents when they register (before serving).
+  void set_agent_port(int port) { agent_port_ = port; }
 
  private:
   void HandleRegister(const httplib::Request& req, httplib::Response& res);
@@ -28,6 +33,7 @@ class HostApi {
   void HandleLogs(const httplib::Request& req, httplib::Response& res);
 
   ControlState& state_;
+  int agent_port_ = 0;
 };
 
 }  // namespace multislice::control

@@ -43,15 +43,7 @@ void Reconciler::Tick() {
       ++it;
     }
   }
-  const int64_t steady = SteadyMs();
-  for (auto& [id, h] : state_.hosts) {
-    if (!h.lost && steady - h.last_heartbeat >
-                       state_.options().heartbeat_timeout.count()) {
-      state_.MarkLost(id, "no heartbeat for " +
-                              std::to_string(steady - h.last_heartbeat) +
-                              " ms");
-    }
-  }
+  ProbeSilentHosts();
   const int64_t now = WallMs();
   for (auto& [name, r] : state_.records) {
     const bool waiting = (r.state == QrState::kAccepted ||
@@ -253,6 +245,63 @@ std::vector<StartTarget> StartTargets(const QueuedResourceRecord& r,
 
 }  // namespace
 
+void Reconciler::ProbeSilentHosts() {
+  const int64_t steady = SteadyMs();
+  for (auto& [id, h] : state_.hosts) {
+    const int64_t silent = steady - h.last_heartbeat;
+    if (h.lost || probing_.count(id) ||
+        silent <= state_.options().heartbeat_timeout.count()) {
+      continue;
+    }
+    probing_.insert(id);
+    const HostCall call{id, h.agent_address};
+    RunOnWorkThread([this, call, silent] {
+      const bool alive =
+          capacity_.Alive(call, state_.options().liveness_probe_timeout);
+      return [this, call, silent, alive] {
+        probing_.erase(call.host_id);
+        ApplyProbe(call.host_id, silent, alive);
+      };
+    });
+  }
+}
+
+void Reconciler::ApplyProbe(const std::string& host_id, int64_t silent_ms,
+                            bool alive) {
+  auto it = state_.hosts.find(host_id);
+  if (it == state_.hosts.end() || it->second.lost) return;
+  Host& h = it->second;
+  if (SteadyMs() - h.last_heartbeat <=
+      state_.options().heartbeat_timeout.count()) {
+    return;  // a heartbeat came while the probe ran
+  }
+  if (alive) {
+    // The agent answers: its heartbeats are held up on the way (the
+    // network, or this controller too busy to read them). Not a loss.
+    h.last_heartbeat = SteadyMs();
+    state_.Log(host_id + ": no heartbeat for " + std::to_string(silent_ms) +
+               " ms, but its agent answers: kept");
+    return;
+  }
+  state_.MarkLost(host_id, "no heartbeat for " + std::to_string(silent_ms) +
+                               " ms and no answer to a probe");
+}
+
+void Reconciler::RunOnWorkThread(std::function<std::function<void()>()> work) {
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  work_.push_back({std::thread([this, work = std::move(work), done] {
+                     std::function<void()> apply = work();
+                     {
+                       std::lock_guard<std::mutex> lock(state_.mu);
+                       if (!state_.stopping) apply();
+                       state_.wake = true;
+                     }
+                     state_.cv.notify_all();
+                     done->store(true);
+                   }),
+                   done});
+}
+
 void Reconciler::LaunchWork(QueuedResourceRecord& r) {
   const std::string name = r.name;
   const uint64_t version = state_.versions[name];
@@ -292,22 +341,13 @@ void Reconciler::LaunchWork(QueuedResourceRecord& r) {
     return;
   }
   busy_.insert(name);
-  auto done = std::make_shared<std::atomic<bool>>(false);
-  work_.push_back(
-      {std::thread([this, work, name, version, stage, attempt, done] {
-         WorkResult result = work();
-         {
-           std::lock_guard<std::mutex> lock(state_.mu);
-           busy_.erase(name);
-           if (!state_.stopping) {
-             ApplyWork(name, version, stage, attempt, result);
-           }
-           state_.wake = true;
-         }
-         state_.cv.notify_all();
-         done->store(true);
-       }),
-       done});
+  RunOnWorkThread([this, work, name, version, stage, attempt] {
+    WorkResult result = work();
+    return [this, name, version, stage, attempt, result] {
+      busy_.erase(name);
+      ApplyWork(name, version, stage, attempt, result);
+    };
+  });
 }
 
 void Reconciler::ApplyWork(const std::string& name, uint64_t version,

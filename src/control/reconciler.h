@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -37,7 +38,14 @@ class Reconciler {
  private:
   void Loop();
   void Tick();
+  // Asks the agents of hosts whose heartbeats stopped whether they are
+  // alive, on work threads; ApplyProbe declares the silent ones lost.
+  void ProbeSilentHosts();
+  void ApplyProbe(const std::string& host_id, int64_t silent_ms, bool alive);
   void Schedule(int64_t now);
+  // Runs `work` on a thread of its own without the lock; then, under the
+  // lock (unless stopping), the function it returns, and wakes the loop.
+  void RunOnWorkThread(std::function<std::function<void()>()> work);
   void LaunchWork(QueuedResourceRecord& r);
   void ApplyWork(const std::string& name, uint64_t version,
                  const std::string& stage, int attempt,
@@ -47,7 +55,8 @@ class Reconciler {
   CapacityProvider& capacity_;
   CoordinatorStores stores_;  // guarded by state_.mu
   std::thread loop_thread_;
-  std::set<std::string> busy_;  // records with a work thread running
+  std::set<std::string> busy_;     // records with a work thread running
+  std::set<std::string> probing_;  // hosts with a liveness probe running
   struct Work {
     std::thread thread;
     std::shared_ptr<std::atomic<bool>> done;

@@ -36,6 +36,19 @@ constexpr int kDefaultGraceSeconds = 5;
 constexpr int kMaxGraceSeconds = 3600;
 constexpr int kServerThreads = 32;
 
+// `url` ("http://HOST:PORT") with another port.
+std::string WithPort(const std::string &url, int port) {
+  const size_t scheme = url.find("://");
+  const size_t host = scheme == std::string::npos ? 0 : scheme + 3;
+  size_t end = url.find('/', host);
+  if (end == std::string::npos) end = url.size();
+  size_t colon = url.rfind(':', end);
+  if (colon == std::string::npos || colon < host || url[end - 1] == ']') {
+    colon = end;  // no port given
+  }
+  return url.substr(0, colon) + ":" + std::to_string(port);
+}
+
 bool ValidEnvName(const std::string &name) {
   if (name.empty() || name.size() > 128) return false;
   for (size_t i = 0; i < name.size(); ++i) {
@@ -235,6 +248,7 @@ struct Agent::Impl {
   std::condition_variable cv;
   std::string host_id;
   milliseconds heartbeat_interval{500};
+  int heartbeat_port = 0;  // the controller's agent channel; 0: its API port
   bool registered = false;
   Status registration_failure;  // not ok once the first registration failed
   bool shutting_down = false;
@@ -493,6 +507,12 @@ struct Agent::Impl {
       interval = response.body["heartbeatIntervalMs"].get<long long>();
     }
     heartbeat_interval = milliseconds(std::clamp(interval, 20LL, 60000LL));
+    heartbeat_port = 0;
+    if (response.body.contains("heartbeatPort") &&
+        response.body["heartbeatPort"].is_number_integer()) {
+      const long long port = response.body["heartbeatPort"].get<long long>();
+      if (port > 0 && port < 65536) heartbeat_port = static_cast<int>(port);
+    }
     return OkStatus();
   }
 
@@ -557,18 +577,32 @@ struct Agent::Impl {
     }
     if (!Register(*client, /*first=*/true)) return;
     bool failing = false;
+    std::optional<ApiClient> channel;  // the controller's agent port
+    int channel_port = 0;
     for (;;) {
       milliseconds interval;
       std::string id;
+      int port;
       {
         std::lock_guard<std::mutex> lock(mu);
         interval = heartbeat_interval;
         id = host_id;
+        port = heartbeat_port;
+      }
+      if (port != channel_port) {
+        channel_port = port;
+        channel.reset();
+        if (port > 0) {
+          auto c = ApiClient::Create(WithPort(options.controller_url, port),
+                                     options.token, options.http_timeout);
+          if (c.ok()) channel.emplace(std::move(*c));
+        }
       }
       if (!Sleep(interval)) return;
       json body = {{"workers", table->Statuses()}};
-      auto response = client->Call(
-          "POST", "/internal/v1/hosts/" + id + ":heartbeat", &body);
+      auto response =
+          (channel ? *channel : *client)
+              .Call("POST", "/internal/v1/hosts/" + id + ":heartbeat", &body);
       if (response.ok() && response->status == 404) {
         Log("the controller does not know " + id + "; registering again");
         if (!Register(*client, /*first=*/false)) return;
