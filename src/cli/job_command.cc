@@ -85,14 +85,18 @@ std::string ShellQuote(const std::string& text) {
 
 // A queued-resource id from a run name: lower case, [a-z0-9-], starting
 // with a letter, at most 63 characters.
-std::string QueuedResourceId(const std::string& run_name) {
+// The queued resource of a run: "job-" and the run name in [a-z0-9-], short
+// enough that its node ids ("{id}-{n}" for `slices` slices) stay within the
+// API's 63 characters.
+std::string QueuedResourceId(const std::string& run_name, int slices) {
   std::string id = "job-";
   for (char c : run_name) {
     const char lower =
         static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     id += (std::isalnum(static_cast<unsigned char>(lower)) ? lower : '-');
   }
-  if (id.size() > 63) id.resize(63);
+  const size_t suffix = slices > 1 ? 1 + std::to_string(slices - 1).size() : 0;
+  if (id.size() > 63 - suffix) id.resize(63 - suffix);
   while (!id.empty() && id.back() == '-') id.pop_back();
   return id;
 }
@@ -256,7 +260,7 @@ int Run(const JobFlags& f) {
   }
   std::filesystem::rename(archive + ".tmp", archive, ec);
 
-  const std::string id = QueuedResourceId(run_name);
+  const std::string id = QueuedResourceId(run_name, f.num_slices);
   const std::string parent =
       "/v2alpha1/projects/" + f.project + "/locations/" + f.zone;
   json node = {{"accelerator_type", f.accelerator_type},

@@ -12,6 +12,7 @@
 #include "cli/flags.h"
 #include "control/agent/remote_exec.h"
 #include "control/agent/runner.h"
+#include "control/validation.h"
 
 namespace multislice::cli {
 namespace {
@@ -40,18 +41,12 @@ int RunRunCommand(const RunFlags& flags) {
     return Fail(2, "give exactly one of --qr and --tpu_prefix");
   }
   // Both go into URL paths.
-  const char* kIdCharacters =
-      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.~+%-";
-  if (flags.queued_resource.find_first_not_of(kIdCharacters) !=
-      std::string::npos) {
-    return Fail(2, "--qr: '" + flags.queued_resource +
-                       "' is not a queued resource id ([A-Za-z0-9_.~+%-]+)");
+  if (!flags.queued_resource.empty()) {
+    Status id = control::ValidateResourceId("--qr", flags.queued_resource);
+    if (!id.ok()) return Fail(2, id.message());
   }
-  if (flags.project.empty() ||
-      flags.project.find_first_not_of(kIdCharacters) != std::string::npos) {
-    return Fail(2, "--project: '" + flags.project +
-                       "' is not a project id ([A-Za-z0-9_.~+%-]+)");
-  }
+  Status project = control::ValidateProjectId("--project", flags.project);
+  if (!project.ok()) return Fail(2, project.message());
   options.queued_resource = flags.queued_resource;
   options.tpu_prefix = flags.tpu_prefix;
   options.project = flags.project;

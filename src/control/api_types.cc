@@ -1,12 +1,15 @@
 // Validation and JSON of queued resources and operations (see api_types.h).
 #include "control/api_types.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <ctime>
 #include <map>
+#include <optional>
 #include <set>
 
+#include "control/validation.h"
 #include "runtime/mesh/topology.h"
 
 namespace multislice::control {
@@ -20,6 +23,18 @@ const char* const kStateNames[] = {
     "SUSPENDED",    "FAILED",   "DELETING"};
 const char* const kTierNames[] = {"reserved", "on-demand", "spot",
                                   "best-effort"};
+
+// Protobuf's Duration bound: 10,000 years.
+constexpr int64_t kMaxDurationSeconds = 315576000000;
+// network_config.queue_count: 0 (unset) .. this.
+constexpr int64_t kMaxQueueCount = 64;
+
+// Where a body comes from. A request is checked in full. A record read back
+// from the store was accepted by the version that wrote it, so only what
+// that version checked is checked again (its ids by the older, wider rule;
+// not the node options, the queueing policy's times, or the types checked
+// since), so that a store written before a stricter rule still loads.
+enum class Source { kRequest, kStored };
 
 std::string SnakeToCamel(const std::string& key) {
   std::string out;
@@ -60,10 +75,35 @@ Status Field(const std::string& path, const std::string& what) {
   return InvalidArgument(path + ": " + what);
 }
 
+// "a string", "a number", ... for "expected X, got Y".
+std::string TypeName(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::array:
+      return "a list";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::number_float:
+      return "a number with a fraction or exponent";
+    default:
+      return "a number";
+  }
+}
+
+Status WrongType(const std::string& field, const std::string& expected,
+                 const json& got) {
+  return Field(field, "expected " + expected + ", got " + TypeName(got));
+}
+
 // Checks that object `j` at `path` has only `allowed` keys.
 Status OnlyKeys(const json& j, const std::string& path,
                 const std::set<std::string>& allowed) {
-  if (!j.is_object()) return Field(path, "expected an object");
+  if (!j.is_object()) return WrongType(path, "an object", j);
   for (const auto& [key, value] : j.items()) {
     (void)value;
     if (!allowed.count(key)) {
@@ -73,21 +113,111 @@ Status OnlyKeys(const json& j, const std::string& path,
   return OkStatus();
 }
 
+// The member `key` of object `parent`, or null when absent.
+const json* Member(const json& parent, const std::string& key) {
+  auto it = parent.find(key);
+  return it == parent.end() ? nullptr : &*it;
+}
+
 Result<std::string> GetString(const json& parent, const std::string& key,
                               const std::string& path, size_t max_bytes,
                               bool required) {
   std::string field = Join(path, key);
-  if (!parent.contains(key)) {
+  const json* v = Member(parent, key);
+  if (v == nullptr) {
     if (required) return Field(field, "is required");
     return std::string();
   }
-  const json& v = parent[key];
-  if (!v.is_string()) return Field(field, "expected a string");
-  std::string s = v.get<std::string>();
+  if (!v->is_string()) return WrongType(field, "a string", *v);
+  std::string s = v->get<std::string>();
   if (s.size() > max_bytes) {
     return Field(field, "longer than " + std::to_string(max_bytes) + " bytes");
   }
   return s;
+}
+
+Status CheckBool(const json& parent, const std::string& key,
+                 const std::string& path) {
+  const json* v = Member(parent, key);
+  if (v != nullptr && !v->is_boolean()) {
+    return WrongType(Join(path, key), "true or false", *v);
+  }
+  return OkStatus();
+}
+
+// An integer member in min..max; `absent` when not given.
+Result<int64_t> GetInteger(const json& parent, const std::string& key,
+                           const std::string& path, int64_t min, int64_t max,
+                           int64_t absent) {
+  const std::string field = Join(path, key);
+  const json* v = Member(parent, key);
+  if (v == nullptr) return absent;
+  if (!v->is_number_integer()) return WrongType(field, "an integer", *v);
+  const bool in_range =
+      v->is_number_unsigned()
+          ? v->get<uint64_t>() <= static_cast<uint64_t>(max) &&
+                static_cast<int64_t>(v->get<uint64_t>()) >= min
+          : v->get<int64_t>() >= min && v->get<int64_t>() <= max;
+  if (!in_range) {
+    return Field(field, v->dump() + " is outside " + std::to_string(min) +
+                            ".." + std::to_string(max));
+  }
+  return v->is_number_unsigned() ? static_cast<int64_t>(v->get<uint64_t>())
+                                 : v->get<int64_t>();
+}
+
+// A list of at most kMaxListEntries strings of at most kMaxStringBytes.
+Status CheckStringList(const json& parent, const std::string& key,
+                       const std::string& path) {
+  const std::string field = Join(path, key);
+  const json* list = Member(parent, key);
+  if (list == nullptr) return OkStatus();
+  if (!list->is_array()) return WrongType(field, "a list", *list);
+  if (list->size() > kMaxListEntries) {
+    return Field(field,
+                 "more than " + std::to_string(kMaxListEntries) + " entries");
+  }
+  for (size_t i = 0; i < list->size(); ++i) {
+    const json& item = (*list)[i];
+    if (!item.is_string() ||
+        item.get_ref<const std::string&>().size() > kMaxStringBytes) {
+      return Field(field + "[" + std::to_string(i) + "]",
+                   "expected a string of at most " +
+                       std::to_string(kMaxStringBytes) + " bytes");
+    }
+  }
+  return OkStatus();
+}
+
+// A protobuf JSON duration member, in milliseconds; nullopt when absent.
+Result<std::optional<int64_t>> GetDuration(const json& parent,
+                                           const std::string& key,
+                                           const std::string& path) {
+  const std::string field = Join(path, key);
+  const json* v = Member(parent, key);
+  if (v == nullptr) return std::optional<int64_t>();
+  if (!v->is_string()) return WrongType(field, "a string", *v);
+  Result<int64_t> ms = ParseDurationMs(v->get_ref<const std::string&>());
+  if (!ms.ok()) return Field(field, ms.status().message());
+  return std::optional<int64_t>(*ms);
+}
+
+// The id rule of the version that wrote a stored record.
+bool IsStoredId(std::string_view id) {
+  if (id.empty() || id.size() > kMaxStringBytes) return false;
+  for (char c : id) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) &&
+        std::string_view("_.~+%-").find(c) == std::string_view::npos) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Status CheckId(const std::string& field, const std::string& id, Source source) {
+  if (source == Source::kRequest) return ValidateResourceId(field, id);
+  if (IsStoredId(id)) return OkStatus();
+  return Field(field, QuoteForMessage(id) + " is not a stored id");
 }
 
 int64_t DaysFromCivil(int64_t y, unsigned m, unsigned d) {
@@ -99,156 +229,235 @@ int64_t DaysFromCivil(int64_t y, unsigned m, unsigned d) {
   return era * 146097 + static_cast<int64_t>(doe) - 719468;
 }
 
-}  // namespace
-
-std::string StateName(QrState state) {
-  return kStateNames[static_cast<int>(state)];
+bool IsLeapYear(int year) {
+  return (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
 }
 
-Result<QrState> ParseStateName(std::string_view name) {
-  for (int i = 0; i < 9; ++i) {
-    if (name == kStateNames[i]) return static_cast<QrState>(i);
-  }
-  return InvalidArgument("unknown state '" + std::string(name) + "'");
+int DaysInMonth(int year, int month) {
+  static const int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  return month == 2 && IsLeapYear(year) ? 29 : kDays[month - 1];
 }
 
-std::string TierName(Tier tier) { return kTierNames[static_cast<int>(tier)]; }
-
-Result<Tier> ParseTierName(std::string_view name) {
-  for (int i = 0; i < kNumTiers; ++i) {
-    if (name == kTierNames[i]) return static_cast<Tier>(i);
+// Reads text[pos, pos + count) as decimal digits; false unless all are.
+bool ReadDigits(std::string_view text, size_t pos, size_t count, int* value) {
+  if (pos + count > text.size()) return false;
+  int v = 0;
+  for (size_t i = pos; i < pos + count; ++i) {
+    if (text[i] < '0' || text[i] > '9') return false;
+    v = v * 10 + (text[i] - '0');
   }
-  return InvalidArgument("unknown tier '" + std::string(name) +
-                         "': expected reserved, on-demand, spot or "
-                         "best-effort");
-}
-
-bool ValidResourceId(std::string_view id) {
-  if (id.empty() || id.size() > kMaxStringBytes) return false;
-  for (char c : id) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) &&
-        std::string_view("_.~+%-").find(c) == std::string_view::npos) {
-      return false;
-    }
-  }
+  *value = v;
   return true;
 }
 
-Result<json> ParseJsonText(std::string_view text) {
-  try {
-    return json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
-    // e.byte is the 1-based index of the last character read: the one at
-    // which the parser gave up.
-    size_t offset = e.byte == 0 ? 0 : e.byte - 1;
-    if (offset > text.size()) offset = text.size();
-    int line = 1;
-    size_t line_start = 0;
-    for (size_t i = 0; i < offset; ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        line_start = i + 1;
+// The date and time fields of an RFC 3339 time.
+struct CivilTime {
+  int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0;
+};
+
+// Reads "YYYY-MM-DDTHH:MM:SS" at the start of `text`; "" when it is there
+// and names a real instant, else why not (a "no" without reason is
+// "syntax").
+std::string ReadCivilTime(std::string_view text, CivilTime* t) {
+  const bool shaped = text.size() >= 19 && ReadDigits(text, 0, 4, &t->year) &&
+                      text[4] == '-' && ReadDigits(text, 5, 2, &t->month) &&
+                      text[7] == '-' && ReadDigits(text, 8, 2, &t->day) &&
+                      (text[10] == 'T' || text[10] == 't') &&
+                      ReadDigits(text, 11, 2, &t->hour) && text[13] == ':' &&
+                      ReadDigits(text, 14, 2, &t->minute) && text[16] == ':' &&
+                      ReadDigits(text, 17, 2, &t->second);
+  if (!shaped) return "syntax";
+  if (t->year < 1) return "year 0000 does not exist";
+  if (t->month < 1 || t->month > 12) {
+    return "month " + std::to_string(t->month) + " is not 01..12";
+  }
+  if (t->day < 1 || t->day > DaysInMonth(t->year, t->month)) {
+    return "day " + std::to_string(t->day) + " does not exist in " +
+           std::string(text.substr(0, 7));
+  }
+  if (t->hour > 23) return "hour " + std::to_string(t->hour) + " is not 00..23";
+  if (t->minute > 59) {
+    return "minute " + std::to_string(t->minute) + " is not 00..59";
+  }
+  if (t->second > 59) {
+    return "second " + std::to_string(t->second) +
+           " is not 00..59 (leap seconds are not accepted)";
+  }
+  return "";
+}
+
+// The fraction ".ddd" (1..9 digits) at text[*pos], as milliseconds
+// (truncated, as protobuf's Timestamp keeps nanoseconds); false when a '.'
+// has no digits or too many.
+bool ReadFraction(std::string_view text, size_t* pos, int64_t* millis) {
+  *millis = 0;
+  if (*pos >= text.size() || text[*pos] != '.') return true;
+  size_t digits = 0;
+  for (++*pos; *pos < text.size() &&
+               std::isdigit(static_cast<unsigned char>(text[*pos]));
+       ++*pos, ++digits) {
+    if (digits < 3) *millis = *millis * 10 + (text[*pos] - '0');
+  }
+  for (size_t i = digits; i < 3; ++i) *millis *= 10;
+  return digits >= 1 && digits <= 9;
+}
+
+// The zone "Z" or "+HH:MM"/"-HH:MM" that must end `text` at `pos`, as
+// minutes east of UTC; "" or why not.
+std::string ReadZone(std::string_view text, size_t pos, int* minutes) {
+  *minutes = 0;
+  if (pos + 1 == text.size() && (text[pos] == 'Z' || text[pos] == 'z')) {
+    return "";
+  }
+  int hours = 0, mins = 0;
+  if (pos + 6 != text.size() || (text[pos] != '+' && text[pos] != '-') ||
+      !ReadDigits(text, pos + 1, 2, &hours) || text[pos + 3] != ':' ||
+      !ReadDigits(text, pos + 4, 2, &mins)) {
+    return "syntax";
+  }
+  if (hours > 23 || mins > 59) return "the offset is not -23:59..+23:59";
+  *minutes = (text[pos] == '+' ? 1 : -1) * (hours * 60 + mins);
+  return "";
+}
+
+// Whether `value` nests arrays and objects more than `limit` deep (a
+// scalar is 0 deep, [] is 1), counted without recursion.
+bool NestedDeeperThan(const json& value, int limit) {
+  std::vector<std::pair<const json*, int>> stack = {{&value, 1}};
+  while (!stack.empty()) {
+    const auto [v, depth] = stack.back();
+    stack.pop_back();
+    if (!v->is_structured()) continue;
+    if (depth > limit) return true;
+    for (const json& child : *v) stack.push_back({&child, depth + 1});
+  }
+  return false;
+}
+
+}  // namespace
+namespace {
+
+// nlohmann's tree builder, plus the path of the value being read so that an
+// error about a value names its field. nlohmann's parser is iterative; the
+// depth is bounded before it runs (CheckJsonText), so the tree is safe to
+// copy, compare and dump, which recurse.
+class PathTrackingSax {
+ public:
+  struct Error {
+    size_t position = 0;  // 1-based byte index of the last byte read
+    int id = 0;           // nlohmann's exception id: 101 syntax, 406 range
+    std::string what;
+    std::string token;
+    std::string path;  // the field being read, as written: "a.b[2]"
+  };
+
+  explicit PathTrackingSax(json& result)
+      : dom_(result, /*allow_exceptions=*/false) {}
+
+  bool null() { return Element(), dom_.null(); }
+  bool boolean(bool v) { return Element(), dom_.boolean(v); }
+  bool number_integer(json::number_integer_t v) {
+    return Element(), dom_.number_integer(v);
+  }
+  bool number_unsigned(json::number_unsigned_t v) {
+    return Element(), dom_.number_unsigned(v);
+  }
+  bool number_float(json::number_float_t v, const json::string_t& s) {
+    return Element(), dom_.number_float(v, s);
+  }
+  bool string(json::string_t& v) { return Element(), dom_.string(v); }
+  bool binary(json::binary_t& v) { return Element(), dom_.binary(v); }
+  bool start_object(std::size_t n) {
+    Element();
+    frames_.push_back({false, "", 0});
+    return dom_.start_object(n);
+  }
+  bool key(json::string_t& k) {
+    frames_.back().key = k;
+    return dom_.key(k);
+  }
+  bool end_object() {
+    frames_.pop_back();
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) {
+    Element();
+    frames_.push_back({true, "", 0});
+    return dom_.start_array(n);
+  }
+  bool end_array() {
+    frames_.pop_back();
+    return dom_.end_array();
+  }
+  template <class Exception>
+  bool parse_error(std::size_t position, const std::string& token,
+                   const Exception& e) {
+    error_ = {position, e.id, e.what(), token, PendingPath()};
+    return false;
+  }
+
+  const std::optional<Error>& error() const { return error_; }
+
+ private:
+  struct Frame {
+    bool is_array;
+    std::string key;  // objects: the member being read
+    size_t count;     // arrays: the elements started so far
+  };
+
+  void Element() {
+    if (!frames_.empty() && frames_.back().is_array) ++frames_.back().count;
+  }
+  // The path of the value about to be read (the innermost array's next
+  // element).
+  std::string PendingPath() const {
+    std::string path;
+    for (size_t i = 0; i < frames_.size(); ++i) {
+      const Frame& f = frames_[i];
+      if (f.is_array) {
+        const size_t index = i + 1 == frames_.size() ? f.count : f.count - 1;
+        path += "[" + std::to_string(index) + "]";
+      } else {
+        path += (path.empty() ? "" : ".") + f.key;
       }
     }
-    const size_t column = offset - line_start + 1;
-    std::string what = e.what();
-    // nlohmann's text: "[json.exception.parse_error.101] parse error at line
-    // 3, column 5: syntax error while parsing object - ..."; keep the part
-    // after the position.
-    size_t colon = what.find(": ", what.find("parse error"));
-    std::string detail =
-        colon == std::string::npos ? what : what.substr(colon + 2);
-    return InvalidArgument("malformed JSON at line " + std::to_string(line) +
-                           ", column " + std::to_string(column) + ": " +
-                           detail);
+    return path;
   }
+
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
+  std::vector<Frame> frames_;
+  std::optional<Error> error_;
+};
+
+Status JsonError(std::string_view text, const PathTrackingSax::Error& e) {
+  if (e.id == 406) {  // a number past the range of a double: 1e999
+    // Everything up to the number's last byte has been read.
+    const size_t start =
+        e.position >= e.token.size() ? e.position - e.token.size() : 0;
+    const std::string field = e.path.empty() ? "body" : e.path;
+    return InvalidArgument(field + ": the number " + QuoteForMessage(e.token) +
+                           " at " + TextPosition(text, start) +
+                           " is out of range (numbers must be finite)");
+  }
+  const size_t offset = e.position == 0 ? 0 : e.position - 1;
+  const std::string where = TextPosition(text, offset);
+  // nlohmann's text: "[json.exception.parse_error.101] parse error at line
+  // 3, column 5: syntax error while parsing object - ..."; keep the part
+  // after the position.
+  const size_t colon = e.what.find(": ", e.what.find("parse error"));
+  const std::string detail =
+      colon == std::string::npos ? e.what : e.what.substr(colon + 2);
+  return InvalidArgument("malformed JSON at " + where + ": " + detail);
 }
 
-Result<int64_t> ParseDurationMs(std::string_view text) {
-  std::string s(text);
-  auto bad = [&] {
-    return InvalidArgument("'" + s +
-                           "' is not a duration in seconds such as "
-                           "\"3600s\" or \"1.5s\"");
-  };
-  if (s.size() < 2 || s.back() != 's') return bad();
-  std::string number = s.substr(0, s.size() - 1);
-  if (number.empty() ||
-      number.find_first_not_of("0123456789.") != std::string::npos ||
-      std::count(number.begin(), number.end(), '.') > 1 || number == ".") {
-    return bad();
-  }
-  double seconds = std::strtod(number.c_str(), nullptr);
-  if (!std::isfinite(seconds) || seconds > 315576000000.0) return bad();
-  return static_cast<int64_t>(std::llround(seconds * 1000.0));
-}
-
-Result<int64_t> ParseTimestampMs(std::string_view text) {
-  std::string s(text);
-  auto bad = [&] {
-    return InvalidArgument("'" + s +
-                           "' is not an RFC 3339 time such as "
-                           "\"2024-05-01T10:00:00Z\"");
-  };
-  int y, mo, d, h, mi, sec;
-  int consumed = 0;
-  if (std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi,
-                  &sec, &consumed) != 6 ||
-      consumed != 19) {
-    return bad();
-  }
-  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60) {
-    return bad();
-  }
-  size_t pos = 19;
-  int64_t millis = 0;
-  if (pos < s.size() && s[pos] == '.') {
-    ++pos;
-    int digits = 0;
-    while (pos < s.size() && std::isdigit(static_cast<unsigned char>(s[pos]))) {
-      if (digits < 3) millis = millis * 10 + (s[pos] - '0');
-      ++digits;
-      ++pos;
-    }
-    if (digits == 0) return bad();
-    for (int i = digits; i < 3; ++i) millis *= 10;
-  }
-  int64_t offset_minutes = 0;
-  if (pos < s.size() && (s[pos] == 'Z' || s[pos] == 'z') &&
-      pos + 1 == s.size()) {
-  } else if (pos + 6 == s.size() && (s[pos] == '+' || s[pos] == '-') &&
-             s[pos + 3] == ':') {
-    int oh = 0, om = 0;
-    if (std::sscanf(s.c_str() + pos + 1, "%2d:%2d", &oh, &om) != 2) {
-      return bad();
-    }
-    offset_minutes = (s[pos] == '+' ? 1 : -1) * (oh * 60 + om);
-  } else {
-    return bad();
-  }
-  int64_t days = DaysFromCivil(y, mo, d);
-  int64_t seconds = days * 86400 + h * 3600 + mi * 60 + sec;
-  return (seconds - offset_minutes * 60) * 1000 + millis;
-}
-
-std::string FormatTimestamp(int64_t ms) {
-  std::time_t seconds = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  gmtime_r(&seconds, &tm);
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
-                tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-                tm.tm_min, tm.tm_sec, static_cast<int>(ms % 1000));
-  return buf;
-}
-
-Result<json> ToCamelCase(const json& value, const std::string& path) {
+// ToCamelCase below the depth check.
+Result<json> CamelCaseTree(const json& value, const std::string& path) {
   if (value.is_array()) {
     json out = json::array();
     for (size_t i = 0; i < value.size(); ++i) {
       ASSIGN_OR_RETURN(
           json item,
-          ToCamelCase(value[i], path + "[" + std::to_string(i) + "]"));
+          CamelCaseTree(value[i], path + "[" + std::to_string(i) + "]"));
       out.push_back(std::move(item));
     }
     return out;
@@ -266,15 +475,264 @@ Result<json> ToCamelCase(const json& value, const std::string& path) {
     if (camel == "metadata" || camel == "labels") {
       out[camel] = item;  // user keys such as "startup-script" stay as given
     } else {
-      ASSIGN_OR_RETURN(out[camel], ToCamelCase(item, field));
+      ASSIGN_OR_RETURN(out[camel], CamelCaseTree(item, field));
     }
   }
   return out;
 }
 
-Result<QueuedResourceSpec> ParseQueuedResource(const json& input,
-                                               const std::string& id,
-                                               int64_t now_ms) {
+// tpu.node_spec[0]'s node_id or multi_node_params: the node ids.
+Status ParseNodeIds(const json& ns, const std::string& ns_path,
+                    const std::string& id, Source source,
+                    QueuedResourceSpec& spec) {
+  ASSIGN_OR_RETURN(std::string node_id,
+                   GetString(ns, "nodeId", ns_path, kMaxStringBytes, false));
+  const json* multi = Member(ns, "multiNodeParams");
+  if (!node_id.empty() && multi != nullptr) {
+    return Field(ns_path + ".node_id",
+                 "cannot be given together with multi_node_params");
+  }
+  if (multi == nullptr) {
+    if (node_id.empty()) node_id = id;
+    RETURN_IF_ERROR(CheckId(ns_path + ".node_id", node_id, source));
+    spec.node_ids.push_back(node_id);
+    return OkStatus();
+  }
+  const std::string mpath = ns_path + ".multi_node_params";
+  RETURN_IF_ERROR(OnlyKeys(*multi, mpath, {"nodeCount", "nodeIdPrefix"}));
+  if (!multi->contains("nodeCount")) {
+    return Field(mpath + ".node_count", "is required");
+  }
+  ASSIGN_OR_RETURN(const int64_t n,
+                   GetInteger(*multi, "nodeCount", mpath, 2, kMaxNodeCount, 0));
+  ASSIGN_OR_RETURN(std::string prefix, GetString(*multi, "nodeIdPrefix", mpath,
+                                                 kMaxStringBytes, false));
+  if (prefix.empty()) prefix = id;
+  const std::string prefix_field = mpath + ".node_id_prefix";
+  RETURN_IF_ERROR(CheckId(prefix_field, prefix, source));
+  for (int64_t i = 0; i < n; ++i) {
+    spec.node_ids.push_back(prefix + "-" + std::to_string(i));
+  }
+  const std::string& longest = spec.node_ids.back();
+  if (source == Source::kRequest && longest.size() > kMaxIdLength) {
+    return Field(prefix_field,
+                 QuoteForMessage(prefix) + " makes node ids such as '" +
+                     longest + "' longer than " + std::to_string(kMaxIdLength) +
+                     " characters (it defaults to the queued resource id)");
+  }
+  return OkStatus();
+}
+
+Status ParseNetworkConfig(const json& node, const std::string& npath,
+                          Source source) {
+  const json* net = Member(node, "networkConfig");
+  if (net == nullptr) return OkStatus();
+  const std::string path = npath + ".network_config";
+  RETURN_IF_ERROR(OnlyKeys(*net, path,
+                           {"network", "subnetwork", "enableExternalIps",
+                            "canIpForward", "queueCount"}));
+  RETURN_IF_ERROR(
+      GetString(*net, "network", path, kMaxStringBytes, false).status());
+  RETURN_IF_ERROR(
+      GetString(*net, "subnetwork", path, kMaxStringBytes, false).status());
+  RETURN_IF_ERROR(CheckBool(*net, "enableExternalIps", path));
+  if (source == Source::kStored) return OkStatus();
+  RETURN_IF_ERROR(CheckBool(*net, "canIpForward", path));
+  return GetInteger(*net, "queueCount", path, 0, kMaxQueueCount, 0).status();
+}
+
+// node.metadata and node.labels: objects of strings; the startup script.
+Status ParseStringMaps(const json& node, const std::string& npath,
+                       QueuedResourceSpec& spec) {
+  for (const char* map_key : {"metadata", "labels"}) {
+    const json* map = Member(node, map_key);
+    if (map == nullptr) continue;
+    const std::string path = npath + "." + map_key;
+    if (!map->is_object()) {
+      return WrongType(path, "an object of strings", *map);
+    }
+    if (map->size() > kMaxListEntries) {
+      return Field(path,
+                   "more than " + std::to_string(kMaxListEntries) + " entries");
+    }
+    for (const auto& [key, value] : map->items()) {
+      const size_t limit =
+          key == "startup-script" ? kMaxStartupScriptBytes : kMaxStringBytes;
+      if (key.size() > kMaxStringBytes || !value.is_string() ||
+          value.get_ref<const std::string&>().size() > limit) {
+        const std::string quoted = QuoteForMessage(key);
+        return Field(
+            path + "[\"" + quoted.substr(1, quoted.size() - 2) + "\"]",
+            "expected a string of at most " + std::to_string(limit) + " bytes");
+      }
+    }
+    if (std::string(map_key) == "metadata" && map->contains("startup-script")) {
+      spec.startup_script = map->at("startup-script").get<std::string>();
+    }
+  }
+  return OkStatus();
+}
+
+// node.service_account, scheduling_config, data_disks,
+// shielded_instance_config and accelerator_config: accepted, type-checked,
+// not acted on.
+Status ParseNodeOptions(const json& node, const std::string& npath) {
+  if (const json* sa = Member(node, "serviceAccount")) {
+    const std::string path = npath + ".service_account";
+    RETURN_IF_ERROR(OnlyKeys(*sa, path, {"email", "scope"}));
+    RETURN_IF_ERROR(
+        GetString(*sa, "email", path, kMaxStringBytes, false).status());
+    RETURN_IF_ERROR(CheckStringList(*sa, "scope", path));
+  }
+  if (const json* sc = Member(node, "schedulingConfig")) {
+    const std::string path = npath + ".scheduling_config";
+    RETURN_IF_ERROR(OnlyKeys(*sc, path, {"preemptible", "reserved", "spot"}));
+    for (const char* key : {"preemptible", "reserved", "spot"}) {
+      RETURN_IF_ERROR(CheckBool(*sc, key, path));
+    }
+  }
+  if (const json* disks = Member(node, "dataDisks")) {
+    const std::string path = npath + ".data_disks";
+    if (!disks->is_array()) return WrongType(path, "a list", *disks);
+    if (disks->size() > kMaxListEntries) {
+      return Field(path,
+                   "more than " + std::to_string(kMaxListEntries) + " entries");
+    }
+    for (size_t i = 0; i < disks->size(); ++i) {
+      const std::string disk_path = path + "[" + std::to_string(i) + "]";
+      const json& disk = (*disks)[i];
+      RETURN_IF_ERROR(OnlyKeys(disk, disk_path, {"sourceDisk", "mode"}));
+      RETURN_IF_ERROR(
+          GetString(disk, "sourceDisk", disk_path, kMaxStringBytes, false)
+              .status());
+      ASSIGN_OR_RETURN(std::string mode,
+                       GetString(disk, "mode", disk_path, 64, false));
+      if (!mode.empty() && mode != "READ_WRITE" && mode != "READ_ONLY" &&
+          mode != "DISK_MODE_UNSPECIFIED") {
+        return Field(disk_path + ".mode", QuoteForMessage(mode) +
+                                              " is not READ_WRITE or "
+                                              "READ_ONLY");
+      }
+    }
+  }
+  if (const json* shielded = Member(node, "shieldedInstanceConfig")) {
+    const std::string path = npath + ".shielded_instance_config";
+    RETURN_IF_ERROR(OnlyKeys(*shielded, path, {"enableSecureBoot"}));
+    RETURN_IF_ERROR(CheckBool(*shielded, "enableSecureBoot", path));
+  }
+  if (const json* accel = Member(node, "acceleratorConfig")) {
+    const std::string path = npath + ".accelerator_config";
+    RETURN_IF_ERROR(OnlyKeys(*accel, path, {"type", "topology"}));
+    RETURN_IF_ERROR(GetString(*accel, "type", path, 64, false).status());
+    RETURN_IF_ERROR(GetString(*accel, "topology", path, 64, false).status());
+  }
+  return OkStatus();
+}
+
+// tpu.node_spec[0].node.
+Status ParseNode(const json& ns, const std::string& ns_path, Source source,
+                 QueuedResourceSpec& spec) {
+  const json* node = Member(ns, "node");
+  if (node == nullptr) return Field(ns_path + ".node", "is required");
+  const std::string npath = ns_path + ".node";
+  RETURN_IF_ERROR(OnlyKeys(
+      *node, npath,
+      {"acceleratorType", "runtimeVersion", "networkConfig", "tags", "metadata",
+       "description", "labels", "serviceAccount", "schedulingConfig",
+       "dataDisks", "shieldedInstanceConfig", "acceleratorConfig"}));
+  ASSIGN_OR_RETURN(spec.accelerator_type,
+                   GetString(*node, "acceleratorType", npath, 64, true));
+  Result<mesh::AcceleratorType> type =
+      mesh::ParseAcceleratorType(spec.accelerator_type);
+  if (!type.ok()) {
+    return Field(npath + ".accelerator_type", type.status().message());
+  }
+  ASSIGN_OR_RETURN(
+      spec.runtime_version,
+      GetString(*node, "runtimeVersion", npath, kMaxStringBytes, false));
+  RETURN_IF_ERROR(ParseNetworkConfig(*node, npath, source));
+  RETURN_IF_ERROR(CheckStringList(*node, "tags", npath));
+  RETURN_IF_ERROR(ParseStringMaps(*node, npath, spec));
+  if (source == Source::kStored) return OkStatus();
+  RETURN_IF_ERROR(
+      GetString(*node, "description", npath, kMaxStringBytes, false).status());
+  return ParseNodeOptions(*node, npath);
+}
+
+// guaranteed / spot / best_effort: the tier.
+Status ParseTier(const json& body, Source source, QueuedResourceSpec& spec) {
+  int tiers = 0;
+  if (const json* g = Member(body, "guaranteed")) {
+    ++tiers;
+    RETURN_IF_ERROR(OnlyKeys(*g, "guaranteed", {"reserved", "minDuration"}));
+    RETURN_IF_ERROR(CheckBool(*g, "reserved", "guaranteed"));
+    if (source == Source::kRequest) {
+      RETURN_IF_ERROR(GetDuration(*g, "minDuration", "guaranteed").status());
+    }
+    spec.tier = g->value("reserved", false) ? Tier::kReserved : Tier::kOnDemand;
+  }
+  if (const json* spot = Member(body, "spot")) {
+    ++tiers;
+    RETURN_IF_ERROR(OnlyKeys(*spot, "spot", {}));
+    spec.tier = Tier::kSpot;
+  }
+  if (const json* best = Member(body, "bestEffort")) {
+    ++tiers;
+    RETURN_IF_ERROR(OnlyKeys(*best, "best_effort", {}));
+    spec.tier = Tier::kBestEffort;
+  }
+  if (tiers > 1) {
+    return Field("guaranteed",
+                 "give at most one of guaranteed, spot and "
+                 "best_effort");
+  }
+  return OkStatus();
+}
+
+Status ParseQueueingPolicy(const json& body, int64_t now_ms,
+                           QueuedResourceSpec& spec) {
+  const json* q = Member(body, "queueingPolicy");
+  if (q == nullptr) return OkStatus();
+  const std::string path = "queueing_policy";
+  RETURN_IF_ERROR(OnlyKeys(*q, path,
+                           {"validUntilDuration", "validUntilTime",
+                            "validAfterDuration", "validAfterTime"}));
+  if (q->contains("validUntilDuration") && q->contains("validUntilTime")) {
+    return Field(path,
+                 "give at most one of valid_until_duration and "
+                 "valid_until_time");
+  }
+  if (q->contains("validAfterDuration") && q->contains("validAfterTime")) {
+    return Field(path,
+                 "give at most one of valid_after_duration and "
+                 "valid_after_time");
+  }
+  for (const std::string key : {"validUntilDuration", "validUntilTime",
+                                "validAfterDuration", "validAfterTime"}) {
+    int64_t when = 0;
+    if (key.find("Duration") != std::string::npos) {
+      ASSIGN_OR_RETURN(std::optional<int64_t> ms, GetDuration(*q, key, path));
+      if (!ms) continue;
+      when = now_ms + *ms;
+    } else {
+      ASSIGN_OR_RETURN(std::string text,
+                       GetString(*q, key, path, kMaxStringBytes, false));
+      if (!q->contains(key)) continue;
+      Result<int64_t> ms = ParseTimestampMs(text);
+      if (!ms.ok()) return Field(Join(path, key), ms.status().message());
+      when = *ms;
+    }
+    if (key.rfind("validUntil", 0) == 0) {
+      spec.valid_until_ms = when;
+    } else {
+      spec.valid_after_ms = when;
+    }
+  }
+  return OkStatus();
+}
+
+Result<QueuedResourceSpec> ParseSpec(const json& input, const std::string& id,
+                                     int64_t now_ms, Source source) {
   if (!input.is_object()) {
     return InvalidArgument("body: expected a JSON object (a QueuedResource)");
   }
@@ -289,206 +747,163 @@ Result<QueuedResourceSpec> ParseQueuedResource(const json& input,
   body.erase("createTime");
   QueuedResourceSpec spec;
 
-  if (!body.contains("tpu")) return Field("tpu", "is required");
-  const json& tpu = body["tpu"];
-  RETURN_IF_ERROR(OnlyKeys(tpu, "tpu", {"nodeSpec"}));
-  if (!tpu.contains("nodeSpec")) return Field("tpu.node_spec", "is required");
-  const json& specs = tpu["nodeSpec"];
-  if (!specs.is_array()) return Field("tpu.node_spec", "expected a list");
-  if (specs.size() != 1) {
+  const json* tpu = Member(body, "tpu");
+  if (tpu == nullptr) return Field("tpu", "is required");
+  RETURN_IF_ERROR(OnlyKeys(*tpu, "tpu", {"nodeSpec"}));
+  const json* specs = Member(*tpu, "nodeSpec");
+  if (specs == nullptr) return Field("tpu.node_spec", "is required");
+  if (!specs->is_array()) return WrongType("tpu.node_spec", "a list", *specs);
+  if (specs->size() != 1) {
     return Field("tpu.node_spec", "exactly one entry is accepted, got " +
-                                      std::to_string(specs.size()));
+                                      std::to_string(specs->size()));
   }
-  const json& ns = specs[0];
+  const json& ns = (*specs)[0];
   const std::string ns_path = "tpu.node_spec[0]";
   RETURN_IF_ERROR(
       OnlyKeys(ns, ns_path, {"parent", "nodeId", "multiNodeParams", "node"}));
-  ASSIGN_OR_RETURN(std::string parent,
-                   GetString(ns, "parent", ns_path, kMaxStringBytes, false));
-  (void)parent;
-  ASSIGN_OR_RETURN(std::string node_id,
-                   GetString(ns, "nodeId", ns_path, kMaxStringBytes, false));
-  const bool has_multi = ns.contains("multiNodeParams");
-  if (!node_id.empty() && has_multi) {
-    return Field(ns_path + ".node_id",
-                 "cannot be given together with multi_node_params");
-  }
-  if (has_multi) {
-    const json& multi = ns["multiNodeParams"];
-    const std::string mpath = ns_path + ".multi_node_params";
-    RETURN_IF_ERROR(OnlyKeys(multi, mpath, {"nodeCount", "nodeIdPrefix"}));
-    if (!multi.contains("nodeCount")) {
-      return Field(mpath + ".node_count", "is required");
-    }
-    const json& count = multi["nodeCount"];
-    if (!count.is_number_integer()) {
-      return Field(mpath + ".node_count", "expected an integer");
-    }
-    const int64_t n = count.get<int64_t>();
-    if (n < 2 || n > kMaxNodeCount) {
-      return Field(mpath + ".node_count", std::to_string(n) +
-                                              " is outside 2.." +
-                                              std::to_string(kMaxNodeCount));
-    }
-    ASSIGN_OR_RETURN(std::string prefix, GetString(multi, "nodeIdPrefix", mpath,
-                                                   kMaxStringBytes, false));
-    if (prefix.empty()) prefix = id;
-    if (!ValidResourceId(prefix)) {
-      return Field(mpath + ".node_id_prefix",
-                   "'" + prefix + "' does not match ^[A-Za-z0-9_.~+%-]+$");
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      spec.node_ids.push_back(prefix + "-" + std::to_string(i));
-    }
-  } else {
-    if (node_id.empty()) node_id = id;
-    if (!ValidResourceId(node_id)) {
-      return Field(ns_path + ".node_id",
-                   "'" + node_id + "' does not match ^[A-Za-z0-9_.~+%-]+$");
-    }
-    spec.node_ids.push_back(node_id);
-  }
-
-  if (!ns.contains("node")) return Field(ns_path + ".node", "is required");
-  const json& node = ns["node"];
-  const std::string npath = ns_path + ".node";
-  RETURN_IF_ERROR(OnlyKeys(
-      node, npath,
-      {"acceleratorType", "runtimeVersion", "networkConfig", "tags", "metadata",
-       "description", "labels", "serviceAccount", "schedulingConfig",
-       "dataDisks", "shieldedInstanceConfig", "acceleratorConfig"}));
-  ASSIGN_OR_RETURN(spec.accelerator_type,
-                   GetString(node, "acceleratorType", npath, 64, true));
-  Result<mesh::AcceleratorType> type =
-      mesh::ParseAcceleratorType(spec.accelerator_type);
-  if (!type.ok()) {
-    return Field(npath + ".accelerator_type", type.status().message());
-  }
-  ASSIGN_OR_RETURN(
-      spec.runtime_version,
-      GetString(node, "runtimeVersion", npath, kMaxStringBytes, false));
-  if (node.contains("networkConfig")) {
-    const json& net = node["networkConfig"];
-    const std::string path = npath + ".network_config";
-    RETURN_IF_ERROR(OnlyKeys(net, path,
-                             {"network", "subnetwork", "enableExternalIps",
-                              "canIpForward", "queueCount"}));
-    RETURN_IF_ERROR(
-        GetString(net, "network", path, kMaxStringBytes, false).status());
-    RETURN_IF_ERROR(
-        GetString(net, "subnetwork", path, kMaxStringBytes, false).status());
-    if (net.contains("enableExternalIps") &&
-        !net["enableExternalIps"].is_boolean()) {
-      return Field(path + ".enable_external_ips", "expected true or false");
-    }
-  }
-  if (node.contains("tags")) {
-    const json& tags = node["tags"];
-    if (!tags.is_array()) return Field(npath + ".tags", "expected a list");
-    if (tags.size() > kMaxListEntries) {
-      return Field(npath + ".tags",
-                   "more than " + std::to_string(kMaxListEntries) + " entries");
-    }
-    for (size_t i = 0; i < tags.size(); ++i) {
-      if (!tags[i].is_string() ||
-          tags[i].get<std::string>().size() > kMaxStringBytes) {
-        return Field(npath + ".tags[" + std::to_string(i) + "]",
-                     "expected a string of at most " +
-                         std::to_string(kMaxStringBytes) + " bytes");
-      }
-    }
-  }
-  for (const char* map_key : {"metadata", "labels"}) {
-    if (!node.contains(map_key)) continue;
-    const json& map = node[map_key];
-    const std::string path = npath + "." + map_key;
-    if (!map.is_object()) return Field(path, "expected an object of strings");
-    if (map.size() > kMaxListEntries) {
-      return Field(path,
-                   "more than " + std::to_string(kMaxListEntries) + " entries");
-    }
-    for (const auto& [key, value] : map.items()) {
-      const size_t limit =
-          key == "startup-script" ? kMaxStartupScriptBytes : kMaxStringBytes;
-      if (key.size() > kMaxStringBytes || !value.is_string() ||
-          value.get<std::string>().size() > limit) {
-        return Field(
-            path + "[\"" + key.substr(0, 64) + "\"]",
-            "expected a string of at most " + std::to_string(limit) + " bytes");
-      }
-    }
-    if (std::string(map_key) == "metadata" && map.contains("startup-script")) {
-      spec.startup_script = map["startup-script"].get<std::string>();
-    }
-  }
-
-  int tiers = 0;
-  if (body.contains("guaranteed")) {
-    ++tiers;
-    const json& g = body["guaranteed"];
-    RETURN_IF_ERROR(OnlyKeys(g, "guaranteed", {"reserved", "minDuration"}));
-    if (g.contains("reserved") && !g["reserved"].is_boolean()) {
-      return Field("guaranteed.reserved", "expected true or false");
-    }
-    spec.tier = g.value("reserved", false) ? Tier::kReserved : Tier::kOnDemand;
-  }
-  if (body.contains("spot")) {
-    ++tiers;
-    RETURN_IF_ERROR(OnlyKeys(body["spot"], "spot", {}));
-    spec.tier = Tier::kSpot;
-  }
-  if (body.contains("bestEffort")) {
-    ++tiers;
-    RETURN_IF_ERROR(OnlyKeys(body["bestEffort"], "best_effort", {}));
-    spec.tier = Tier::kBestEffort;
-  }
-  if (tiers > 1) {
-    return Field("guaranteed",
-                 "give at most one of guaranteed, spot and "
-                 "best_effort");
-  }
-  if (body.contains("reservationName")) {
-    RETURN_IF_ERROR(
-        GetString(body, "reservationName", "", kMaxStringBytes, false)
-            .status());
-  }
-  if (body.contains("queueingPolicy")) {
-    const json& q = body["queueingPolicy"];
-    const std::string path = "queueing_policy";
-    RETURN_IF_ERROR(OnlyKeys(q, path,
-                             {"validUntilDuration", "validUntilTime",
-                              "validAfterDuration", "validAfterTime"}));
-    if (q.contains("validUntilDuration") && q.contains("validUntilTime")) {
-      return Field(path,
-                   "give at most one of valid_until_duration and "
-                   "valid_until_time");
-    }
-    if (q.contains("validAfterDuration") && q.contains("validAfterTime")) {
-      return Field(path,
-                   "give at most one of valid_after_duration and "
-                   "valid_after_time");
-    }
-    for (const char* key : {"validUntilDuration", "validUntilTime",
-                            "validAfterDuration", "validAfterTime"}) {
-      if (!q.contains(key)) continue;
-      const std::string field = Join(path, key);
-      if (!q[key].is_string()) return Field(field, "expected a string");
-      const std::string text = q[key].get<std::string>();
-      const bool is_duration =
-          std::string(key).find("Duration") != std::string::npos;
-      Result<int64_t> ms =
-          is_duration ? ParseDurationMs(text) : ParseTimestampMs(text);
-      if (!ms.ok()) return Field(field, ms.status().message());
-      const int64_t when = is_duration ? now_ms + *ms : *ms;
-      if (std::string(key).rfind("validUntil", 0) == 0) {
-        spec.valid_until_ms = when;
-      } else {
-        spec.valid_after_ms = when;
-      }
-    }
+  RETURN_IF_ERROR(
+      GetString(ns, "parent", ns_path, kMaxStringBytes, false).status());
+  RETURN_IF_ERROR(ParseNodeIds(ns, ns_path, id, source, spec));
+  RETURN_IF_ERROR(ParseNode(ns, ns_path, source, spec));
+  RETURN_IF_ERROR(ParseTier(body, source, spec));
+  RETURN_IF_ERROR(
+      GetString(body, "reservationName", "", kMaxStringBytes, false).status());
+  // A stored record keeps its deadlines as numbers (validUntilMs).
+  if (source == Source::kRequest) {
+    RETURN_IF_ERROR(ParseQueueingPolicy(body, now_ms, spec));
   }
   spec.body = std::move(body);
   return spec;
+}
+
+}  // namespace
+
+std::string StateName(QrState state) {
+  return kStateNames[static_cast<int>(state)];
+}
+
+Result<QrState> ParseStateName(std::string_view name) {
+  for (int i = 0; i < 9; ++i) {
+    if (name == kStateNames[i]) return static_cast<QrState>(i);
+  }
+  return InvalidArgument("unknown state " + QuoteForMessage(name));
+}
+
+std::string TierName(Tier tier) { return kTierNames[static_cast<int>(tier)]; }
+
+Result<Tier> ParseTierName(std::string_view name) {
+  for (int i = 0; i < kNumTiers; ++i) {
+    if (name == kTierNames[i]) return static_cast<Tier>(i);
+  }
+  return InvalidArgument("unknown tier " + QuoteForMessage(name) +
+                         ": expected reserved, on-demand, spot or "
+                         "best-effort");
+}
+
+bool ValidResourceId(std::string_view id) { return IsResourceId(id); }
+
+Result<json> ParseJsonText(std::string_view text) {
+  RETURN_IF_ERROR(CheckJsonText(text, kMaxJsonDepth));
+  json result;
+  PathTrackingSax sax(result);
+  try {
+    if (json::sax_parse(text.begin(), text.end(), &sax)) return result;
+  } catch (const json::exception& e) {
+    return InvalidArgument(std::string("malformed JSON: ") + e.what());
+  }
+  if (sax.error()) return JsonError(text, *sax.error());
+  return InvalidArgument("malformed JSON");
+}
+
+Result<int64_t> ParseDurationMs(std::string_view text) {
+  auto bad = [&](const std::string& why) {
+    return InvalidArgument(QuoteForMessage(text) +
+                           " is not a duration in seconds such as "
+                           "\"3600s\" or \"1.5s\"" +
+                           (why.empty() ? "" : ": " + why));
+  };
+  if (text.size() < 2 || text.back() != 's') return bad("");
+  const std::string_view number = text.substr(0, text.size() - 1);
+  const size_t dot = number.find('.');
+  const std::string_view whole = number.substr(0, dot);
+  const std::string_view fraction =
+      dot == std::string_view::npos ? "" : number.substr(dot + 1);
+  const auto digits = [](std::string_view s) {
+    return std::all_of(s.begin(), s.end(),
+                       [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (!digits(whole) || !digits(fraction) ||
+      (whole.empty() && fraction.empty()) ||
+      (dot != std::string_view::npos && fraction.empty()) ||
+      fraction.size() > 9) {
+    return bad("");
+  }
+  if (whole.size() > 12) return bad("at most 12 digits before the point");
+  int64_t seconds = 0;
+  for (char c : whole) seconds = seconds * 10 + (c - '0');
+  if (seconds > kMaxDurationSeconds) {
+    return bad("longer than " + std::to_string(kMaxDurationSeconds) +
+               "s (10,000 years)");
+  }
+  int64_t millis = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    millis = millis * 10 + (i < fraction.size() ? fraction[i] - '0' : 0);
+  }
+  const bool round_up = fraction.size() > 3 && fraction[3] >= '5';
+  return seconds * 1000 + millis + (round_up ? 1 : 0);
+}
+
+Result<int64_t> ParseTimestampMs(std::string_view text) {
+  auto bad = [&](const std::string& why) {
+    return InvalidArgument(QuoteForMessage(text) +
+                           " is not an RFC 3339 time such as "
+                           "\"2024-05-01T10:00:00Z\"" +
+                           (why == "syntax" ? "" : ": " + why));
+  };
+  CivilTime t;
+  std::string why = ReadCivilTime(text, &t);
+  if (!why.empty()) return bad(why);
+  size_t pos = 19;
+  int64_t millis = 0;
+  if (!ReadFraction(text, &pos, &millis)) {
+    return bad("a fraction of a second has 1 to 9 digits");
+  }
+  int offset_minutes = 0;
+  why = ReadZone(text, pos, &offset_minutes);
+  if (!why.empty()) {
+    return bad(why == "syntax" ? "it must end in Z or an offset such as +02:00"
+                               : why);
+  }
+  const int64_t days = DaysFromCivil(t.year, t.month, t.day);
+  const int64_t seconds = days * 86400 + t.hour * 3600 + t.minute * 60 +
+                          t.second - int64_t{offset_minutes} * 60;
+  return seconds * 1000 + millis;
+}
+
+std::string FormatTimestamp(int64_t ms) {
+  std::time_t seconds = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&seconds, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
+                tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+                tm.tm_min, tm.tm_sec, static_cast<int>(ms % 1000));
+  return buf;
+}
+
+Result<json> ToCamelCase(const json& value, const std::string& path) {
+  if (NestedDeeperThan(value, kMaxJsonDepth)) {
+    return Field(path.empty() ? "body" : path,
+                 "arrays and objects are nested more than " +
+                     std::to_string(kMaxJsonDepth) + " deep");
+  }
+  return CamelCaseTree(value, path);
+}
+
+Result<QueuedResourceSpec> ParseQueuedResource(const json& body,
+                                               const std::string& id,
+                                               int64_t now_ms) {
+  return ParseSpec(body, id, now_ms, Source::kRequest);
 }
 
 json QueuedResourceRecord::ToStorage() const {
@@ -510,6 +925,7 @@ json QueuedResourceRecord::ToStorage() const {
           {"project", project},
           {"zone", zone},
           {"id", id},
+          {"uid", uid},
           {"seq", seq},
           {"createMs", create_ms},
           {"body", spec.body},
@@ -554,7 +970,10 @@ Result<QueuedResourceRecord> QueuedResourceRecord::FromStorage(const json& j) {
     r.id = j.at("id");
     r.seq = j.at("seq");
     r.create_ms = j.at("createMs");
-    ASSIGN_OR_RETURN(r.spec, ParseQueuedResource(j.at("body"), r.id, 0));
+    // Records written before uids existed: one from what is unique to them.
+    r.uid = j.value(
+        "uid", "s" + std::to_string(r.seq) + "-" + std::to_string(r.create_ms));
+    ASSIGN_OR_RETURN(r.spec, ParseSpec(j.at("body"), r.id, 0, Source::kStored));
     r.spec.valid_until_ms = j.at("validUntilMs");
     r.spec.valid_after_ms = j.at("validAfterMs");
     r.hosts_per_slice = j.at("hostsPerSlice");

@@ -45,16 +45,29 @@ inline constexpr size_t kMaxStringBytes = 1024;
 inline constexpr size_t kMaxStartupScriptBytes = 256 * 1024;
 inline constexpr size_t kMaxListEntries = 64;
 
-// `^[A-Za-z0-9_.~+%-]+$`, at most 63 characters... (spec: the pattern; we
-// also bound the length to kMaxStringBytes).
+// The deepest nesting of arrays and objects accepted in a JSON body.
+inline constexpr int kMaxJsonDepth = 64;
+
+// Whether `id` is a queued resource or node id as the Cloud TPU API defines
+// them: ^[a-z]([-a-z0-9]*[a-z0-9])?$, at most 63 characters. Prefer
+// ValidateResourceId (validation.h), whose error names field and value.
 bool ValidResourceId(std::string_view id);
 
-// Parses JSON text; a syntax error is kInvalidArgument "malformed JSON at
-// line L, column C: ..." (1-based, column counted in bytes).
+// Parses JSON text into a tree, all errors kInvalidArgument:
+//   malformed JSON or invalid UTF-8: "malformed JSON at line L, column C:
+//     ..." (1-based, column counted in bytes);
+//   nesting deeper than kMaxJsonDepth: the same, at the bracket too deep,
+//     refused before any tree is built;
+//   a number out of range of a double (1e999): "FIELD: the number '1e999'
+//     at line L, column C is out of range ..." naming the field as written.
+// Never throws.
 Result<nlohmann::json> ParseJsonText(std::string_view text);
 
-// Protobuf JSON durations ("3600s", "1.5s") and RFC 3339 times
-// ("2024-05-01T10:00:00Z", "...+02:00"), as milliseconds.
+// Protobuf JSON durations ("3600s", "1.5s": digits, at most 9 fractional,
+// at most 315576000000 s) and RFC 3339 times ("2024-05-01T10:00:00Z",
+// "...+02:00", "....25Z"; real dates only: no 2024-02-30, month 13, hour
+// 24 or second 60), as milliseconds; a fraction past milliseconds is
+// rounded (durations) or truncated (times).
 Result<int64_t> ParseDurationMs(std::string_view text);
 Result<int64_t> ParseTimestampMs(std::string_view text);
 // Milliseconds since the epoch as "2024-05-01T10:00:00.123Z".
@@ -73,13 +86,20 @@ struct QueuedResourceSpec {
 };
 
 // Validates a create body for queued resource `id` at time now_ms (for the
-// relative queueing policies).
+// relative queueing policies): every field's JSON type ("FIELD: expected a
+// string, got a number"), strings' lengths, counts' ranges, node ids and
+// the node id prefix (ValidateResourceId; the node ids made from a prefix
+// at most 63 characters too), durations and times. `id` itself is checked
+// only as the default node id or prefix: check it first with
+// ValidateResourceId("queued_resource_id", id).
 Result<QueuedResourceSpec> ParseQueuedResource(const nlohmann::json& body,
                                                const std::string& id,
                                                int64_t now_ms);
 
 // Recursively renames snake_case keys to camelCase, except the user keys of
-// `metadata` and `labels` maps. Two spellings of one key are an error.
+// `metadata` and `labels` maps. Two spellings of one key are an error, and
+// so is nesting deeper than kMaxJsonDepth (checked first, without
+// recursion, so any tree is safe to pass).
 Result<nlohmann::json> ToCamelCase(const nlohmann::json& value,
                                    const std::string& path = "");
 
@@ -106,6 +126,10 @@ inline constexpr size_t kMaxStateHistory = 64;
 struct QueuedResourceRecord {
   std::string name;  // projects/{p}/locations/{z}/queuedResources/{id}
   std::string project, zone, id;
+  // Unique for the record's lifetime and never reused (an id may be deleted
+  // and created again): names the run of its workers (MULTISLICE_RUN_ID)
+  // and its rendezvous namespace.
+  std::string uid;
   int64_t seq = 0;  // creation order: FIFO within a tier
   int64_t create_ms = 0;
   QueuedResourceSpec spec;

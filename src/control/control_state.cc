@@ -103,6 +103,14 @@ Status ControlState::PersistHost(const Host& h) {
   return store_->Apply(change);
 }
 
+std::string ControlState::NewUid() {
+  char text[40];
+  std::snprintf(text, sizeof(text), "%016llx%016llx",
+                static_cast<unsigned long long>(rng_()),
+                static_cast<unsigned long long>(rng_()));
+  return text;
+}
+
 OperationRecord ControlState::NewOperation(const QueuedResourceRecord& r,
                                            const std::string& api,
                                            const std::string& verb) {

@@ -72,6 +72,8 @@ class ControlState {
   Status Persist(QueuedResourceRecord& r,
                  std::vector<OperationRecord> ops = {});
   Status PersistHost(const Host& h);
+  // 128 random bits, hex: a new queued resource's uid.
+  std::string NewUid();
   OperationRecord NewOperation(const QueuedResourceRecord& r,
                                const std::string& api, const std::string& verb);
   // Marks r's waiting operations done with `response`; appends them to

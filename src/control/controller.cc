@@ -127,6 +127,9 @@ Status Controller::Impl::Init() {
                     ": cannot create it: " + ec.message());
   }
   options_.data_dir = std::filesystem::absolute(options_.data_dir).string();
+  // It holds the state, the tokens and every run's rendezvous: ours only.
+  std::filesystem::permissions(options_.data_dir,
+                               std::filesystem::perms::owner_all, ec);
   ASSIGN_OR_RETURN(std::unique_ptr<Store> store,
                    Store::Open(options_.data_dir + "/state.db"));
   state_ = std::make_unique<ControlState>(options_, std::move(store));

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <set>
@@ -554,11 +555,13 @@ TEST_F(ControllerTest, ProvisionsResetsAndRepairs) {
     EXPECT_EQ(w.env["TPU_WORKER_ID"], "0");
     EXPECT_EQ(w.env["TPU_WORKER_HOSTNAMES"], "127.0.0.1");
     EXPECT_EQ(w.env["MULTISLICE_ATTEMPT"], "1");
-    EXPECT_EQ(w.env["MULTISLICE_RUN_ID"], "job");
+    EXPECT_EQ(w.env["MULTISLICE_RUN_ID"].get<std::string>().rfind("qr-", 0),
+              0u);
     EXPECT_EQ(w.env["MULTISLICE_ACCELERATOR_TYPE"], "cpu-2");
     EXPECT_EQ(w.env["MEGASCALE_PORT"], "8080");
     EXPECT_EQ(w.env["MEGASCALE_COORDINATOR_ADDRESS"],
-              "file://" + dir_.path() + "/data/stores/job");
+              "file://" + dir_.path() + "/data/stores/" +
+                  w.env["MULTISLICE_RUN_ID"].get<std::string>());
     slice_ids.insert(w.env["MEGASCALE_SLICE_ID"]);
     EXPECT_EQ(w.name, "job." + std::string(w.env["MEGASCALE_SLICE_ID"]) + ".0");
   }
@@ -698,15 +701,23 @@ TEST_F(ControllerTest, AgentsOnSeveralAddressesShareARedisCoordinator) {
   const std::string address =
       history[0].env["MEGASCALE_COORDINATOR_ADDRESS"].get<std::string>();
   EXPECT_EQ(history[1].env["MEGASCALE_COORDINATOR_ADDRESS"], address);
-  ASSERT_EQ(address.rfind("redis://127.0.0.1:", 0), 0u) << address;
+  // redis://USER:PASSWORD@127.0.0.1:PORT: an ACL user of this QR's own.
+  ASSERT_EQ(address.rfind("redis://ms-qr-", 0), 0u) << address;
+  const size_t at = address.rfind('@');
+  ASSERT_NE(at, std::string::npos);
+  ASSERT_EQ(address.compare(at, 11, "@127.0.0.1:"), 0) << address;
+  const std::string credentials = address.substr(8, at - 8);
+  const std::string user = credentials.substr(0, credentials.find(':'));
+  const std::string password = credentials.substr(credentials.find(':') + 1);
   const int port = std::stoi(address.substr(address.rfind(':') + 1));
   std::set<std::string> hostnames;
   for (const auto& w : history) {
     hostnames.insert(w.env["TPU_WORKER_HOSTNAMES"].get<std::string>());
   }
   EXPECT_EQ(hostnames, (std::set<std::string>{"127.0.0.1", "127.0.0.2"}));
-  // redis-server answers PING (it may take a moment to start).
-  auto ping = [port] {
+  // Sends RESP commands (words split on spaces) to the server and returns
+  // the last reply's first line ("" when the server does not answer).
+  auto send = [port](const std::vector<std::string>& commands) {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -716,19 +727,95 @@ TEST_F(ControllerTest, AgentsOnSeveralAddressesShareARedisCoordinator) {
     if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
       timeval tv{1, 0};
       ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-      const char kPing[] = "PING\r\n";
-      if (::write(fd, kPing, sizeof(kPing) - 1) > 0) {
-        char buf[16] = {};
-        if (::read(fd, buf, sizeof(buf) - 1) > 0) reply = buf;
+      for (const std::string& command : commands) {
+        const std::string line = command + "\r\n";
+        char buf[256] = {};
+        if (::write(fd, line.data(), line.size()) <= 0 ||
+            ::read(fd, buf, sizeof(buf) - 1) <= 0) {
+          reply.clear();
+          break;
+        }
+        reply = std::string(buf).substr(0, std::string(buf).find('\r'));
       }
     }
     ::close(fd);
-    return reply.rfind("+PONG", 0) == 0;
+    return reply;
   };
-  EXPECT_TRUE(WaitFor(ping, std::chrono::seconds(5)));
+  // Issue 12, defect 5: the coordinator was open to anyone who reached it.
+  EXPECT_TRUE(WaitFor([&] { return !send({"PING"}).empty(); }));
+  EXPECT_EQ(send({"PING"}).rfind("-NOAUTH", 0), 0u) << send({"PING"});
+  EXPECT_EQ(send({"SET multislice/attempt/x 99"}).rfind("-NOAUTH", 0), 0u);
+  const std::string auth = "AUTH " + user + " " + password;
+  EXPECT_EQ(send({auth, "PING"}), "+PONG");
+  // The QR's own user reaches its own keys only.
+  const std::string run = user.substr(3);  // "qr-<uid>"
+  EXPECT_EQ(send({auth, "SET " + run + "/1/k v"}), "+OK");
+  EXPECT_EQ(send({auth, "SET other/1/k v"}).rfind("-NOPERM", 0), 0u);
+  EXPECT_EQ(send({auth, "CONFIG GET requirepass"}).rfind("-NOPERM", 0), 0u);
   agents_.clear();
   controller_->Stop();
-  EXPECT_FALSE(ping());
+  EXPECT_EQ(send({"PING"}), "");
+}
+
+// Issue 12, defect 4: the rendezvous was keyed by the bare id and never
+// removed, so a QR created again under a deleted one's id, or QRs of one id
+// in two projects, met each other's stale keys. Now each run has its own
+// identity (from the record's uid) and its namespace goes with it.
+TEST_F(ControllerTest, EachRunHasItsOwnRendezvousNamespace) {
+  ControllerOptions options;
+  options.reconcile_interval = std::chrono::milliseconds(20);
+  StartController(options);
+  AddAgent();
+  AddAgent();
+  auto run_of = [&](const std::string& id) {
+    auto h = History(id);
+    return h.empty() ? std::string()
+                     : h.back().env["MULTISLICE_RUN_ID"].get<std::string>();
+  };
+  const std::string stores = dir_.path() + "/data/stores/";
+  ASSERT_EQ(Create("re", CpuBody(1)).status, 200);
+  ASSERT_TRUE(WaitState("re", "ACTIVE"));
+  const std::string first = run_of("re");
+  ASSERT_FALSE(first.empty());
+  EXPECT_TRUE(std::filesystem::is_directory(stores + first));
+  ASSERT_EQ(
+      Call("DELETE", std::string(kParent) + "/queuedResources/re?force=true")
+          .status,
+      200);
+  ASSERT_TRUE(WaitFor([&] {
+    return Call("GET", std::string(kParent) + "/queuedResources/re").status ==
+           404;
+  }));
+  EXPECT_FALSE(std::filesystem::exists(stores + first));  // removed
+  ASSERT_EQ(Create("re", CpuBody(1)).status, 200);
+  ASSERT_TRUE(WaitState("re", "ACTIVE"));
+  EXPECT_NE(run_of("re"), first);
+  // The same id in two projects at once.
+  std::set<std::string> runs;
+  for (const std::string project : {"pa", "pb"}) {
+    json body = CpuBody(1);
+    body["tpu"]["node_spec"][0]["parent"] =
+        "projects/" + project + "/locations/us-test1-a";
+    const std::string qrs = "/v2alpha1/projects/" + project +
+                            "/locations/us-test1-a/queuedResources";
+    ASSERT_EQ(Call("DELETE", qrs + "/re?force=true").status, 404);
+    ASSERT_EQ(Call("POST", qrs + "?queued_resource_id=x", &body).status, 200);
+  }
+  AddAgent();
+  ASSERT_TRUE(WaitFor([&] {
+    int active = 0;
+    for (const std::string project : {"pa", "pb"}) {
+      json q = Call("GET", "/v2alpha1/projects/" + project +
+                               "/locations/us-test1-a/queuedResources/x")
+                   .body;
+      active += q["state"].value("state", "") == "ACTIVE";
+    }
+    return active == 2;
+  }));
+  for (const auto& w : History("x")) {
+    runs.insert(w.env["MULTISLICE_RUN_ID"].get<std::string>());
+  }
+  EXPECT_EQ(runs.size(), 2u);
 }
 
 TEST_F(ControllerTest, ReservedPreemptsSpotWhichKeepsQuotaUntilDeleted) {

@@ -7,9 +7,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 namespace multislice::control {
 namespace {
@@ -63,17 +63,52 @@ const char* StatusNameFor(int code) {
 }  // namespace
 
 Result<std::string> ReadToken(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
     return InvalidArgument("token file " + path +
                            ": cannot read it: " + std::strerror(errno));
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string token = Trimmed(text.str());
+  struct stat st {};
+  std::string text;
+  Status checked = OkStatus();
+  if (::fstat(fd, &st) != 0) {
+    checked = InvalidArgument("token file " + path +
+                              ": cannot stat it: " + std::strerror(errno));
+  } else if (!S_ISREG(st.st_mode)) {
+    checked = InvalidArgument("token file " + path + " is not a regular file");
+  } else if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o",
+                  static_cast<unsigned>(st.st_mode & 07777));
+    checked = InvalidArgument(
+        "token file " + path + " is readable or writable by group or others " +
+        "(mode " + mode + "); make it private with chmod 600 " + path);
+  } else {
+    char buf[4096 + 2];
+    ssize_t n = 0;
+    while (text.size() <= kMaxTokenBytes &&
+           (n = ::read(fd, buf, sizeof(buf))) > 0) {
+      text.append(buf, static_cast<size_t>(n));
+    }
+    if (n < 0) {
+      checked = InvalidArgument("token file " + path +
+                                ": cannot read it: " + std::strerror(errno));
+    }
+  }
+  ::close(fd);
+  RETURN_IF_ERROR(checked);
+  std::string token = Trimmed(std::move(text));
   if (token.empty()) return InvalidArgument("token file " + path + " is empty");
-  if (token.size() > 4096) {
-    return InvalidArgument("token file " + path + " is longer than 4096 bytes");
+  if (token.size() > kMaxTokenBytes) {
+    return InvalidArgument("token file " + path + " is longer than " +
+                           std::to_string(kMaxTokenBytes) + " bytes");
+  }
+  if (token.size() < kMinTokenChars) {
+    return InvalidArgument(
+        "token file " + path + " holds a token of " +
+        std::to_string(token.size()) + " characters; at least " +
+        std::to_string(kMinTokenChars) +
+        " are required (delete the file to have the controller create one)");
   }
   return token;
 }
@@ -85,13 +120,15 @@ Result<std::string> LoadOrCreateToken(const std::string& path) {
   // when the name exists, so two processes racing agree on one token and a
   // reader never sees a partial file.
   std::string temp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ::unlink(temp.c_str());  // a stale one of a dead process with this pid
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
     return Internal("token file " + path + ": cannot create " + temp + ": " +
                     std::strerror(errno));
   }
   std::string line = token + "\n";
-  bool wrote = ::write(fd, line.data(), line.size()) ==
+  bool wrote = ::fchmod(fd, 0600) == 0 &&
+               ::write(fd, line.data(), line.size()) ==
                    static_cast<ssize_t>(line.size()) &&
                ::fsync(fd) == 0;
   ::close(fd);
@@ -152,7 +189,15 @@ Result<HttpResponse> ApiClient::Call(std::string_view method,
   client.set_keep_alive(false);
   client.set_tcp_nodelay(true);
   httplib::Headers headers = {{"Authorization", "Bearer " + token_}};
-  const std::string payload = body ? body->dump() : std::string();
+  std::string payload;
+  if (body != nullptr) {
+    try {
+      payload = body->dump();
+    } catch (const nlohmann::json::exception& e) {
+      return InvalidArgument("request body for " + path +
+                             " is not valid JSON text: " + e.what());
+    }
+  }
   const char* kType = "application/json";
   httplib::Result result{nullptr, httplib::Error::Unknown};
   if (method == "GET") {
@@ -211,7 +256,11 @@ Status ErrorFromResponse(const HttpResponse& response) {
 void WriteJson(httplib::Response& res, int http_code,
                const nlohmann::json& body) {
   res.status = http_code;
-  res.set_content(body.dump(), "application/json");
+  // Replace bytes that are not UTF-8 (a message quoting a request's bytes)
+  // rather than throw, which would turn any answer into a 500.
+  res.set_content(
+      body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+      "application/json");
 }
 
 void WriteError(httplib::Response& res, int http_code,

@@ -20,13 +20,21 @@ namespace multislice::control {
 // The largest request or response body accepted, in bytes.
 inline constexpr size_t kMaxBodyBytes = 1 << 20;
 
-// Reads the token in `path`; when the file does not exist, creates it with
-// mode 0600 holding 32 random bytes as 64 hex characters (atomically: a
-// concurrent reader sees either no file or the whole token).
+// Bounds on a bearer token read from a file, in characters.
+inline constexpr size_t kMinTokenChars = 16;
+inline constexpr size_t kMaxTokenBytes = 4096;
+
+// Reads the token in `path` (ReadToken); when the file does not exist,
+// creates it with mode 0600 holding 32 random bytes from /dev/urandom as
+// 64 hex characters (atomically: a concurrent reader sees either no file
+// or the whole token).
 Result<std::string> LoadOrCreateToken(const std::string& path);
 
-// Reads the token in `path` (trailing whitespace removed); an error naming
-// the path when the file is missing, unreadable or empty.
+// Reads the token in `path` (surrounding whitespace removed).
+// kInvalidArgument, one sentence naming the path and the reason, when the
+// file is missing or unreadable, not a regular file, readable or writable
+// by group or others (mode & 077, as ssh refuses private keys), empty,
+// shorter than kMinTokenChars or longer than kMaxTokenBytes.
 Result<std::string> ReadToken(const std::string& path);
 
 struct HttpResponse {
@@ -44,7 +52,8 @@ class ApiClient {
   // Sends `method` ("GET", "POST", "PUT", "DELETE") to base_url + path (path
   // starts with '/', may hold a query) with `body` as JSON when given.
   // Any HTTP answer is returned as is (check status); failing to connect or
-  // a timeout is Unavailable naming the URL.
+  // a timeout is Unavailable naming the URL; a body that cannot be written
+  // as JSON (a string that is not UTF-8) is InvalidArgument.
   Result<HttpResponse> Call(std::string_view method, const std::string& path,
                             const nlohmann::json* body = nullptr) const;
 
@@ -71,7 +80,8 @@ Status ErrorFromResponse(const HttpResponse& response);
 void WriteError(httplib::Response& res, int http_code,
                 std::string_view status_name, std::string_view message);
 
-// Writes a JSON body with http_code.
+// Writes a JSON body with http_code. Never throws: bytes that are not
+// UTF-8 in a string (a message quoting raw input) are written as U+FFFD.
 void WriteJson(httplib::Response& res, int http_code,
                const nlohmann::json& body);
 

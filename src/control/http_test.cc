@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -46,6 +47,12 @@ TEST(TokenTest, CreatedOnceWithMode0600AndReadBack) {
   EXPECT_EQ(files, 2);
 }
 
+// Writes `text` to `path` with `mode` (whatever the umask).
+void WriteFile(const std::string& path, const std::string& text, mode_t mode) {
+  std::ofstream(path) << text;
+  ASSERT_EQ(::chmod(path.c_str(), mode), 0);
+}
+
 TEST(TokenTest, ReadTokenNamesThePath) {
   TempDir dir;
   const std::string missing = dir.path() + "/nope";
@@ -53,14 +60,95 @@ TEST(TokenTest, ReadTokenNamesThePath) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find(missing), std::string::npos);
   const std::string empty = dir.path() + "/empty";
-  std::ofstream(empty) << "  \n";
+  WriteFile(empty, "  \n", 0600);
   r = ReadToken(empty);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("empty"), std::string::npos);
-  std::ofstream(dir.path() + "/t") << "abc\n";
+  EXPECT_EQ(r.status().message(), "token file " + empty + " is empty");
+  WriteFile(dir.path() + "/t", "  0123456789abcdef\n", 0600);
   r = ReadToken(dir.path() + "/t");
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ(*r, "abc");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(*r, "0123456789abcdef");
+  r = ReadToken(dir.path());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "token file " + dir.path() + " is not a regular file");
+}
+
+TEST(TokenTest, RefusesFilesOthersCanReadAndShortTokens) {
+  TempDir dir;
+  const std::string path = dir.path() + "/token";
+  for (mode_t mode : {0644, 0640, 0604, 0620, 0660}) {
+    WriteFile(path, std::string(64, 'a') + "\n", mode);
+    Result<std::string> r = ReadToken(path);
+    ASSERT_FALSE(r.ok()) << std::oct << mode;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    char shown[8];
+    std::snprintf(shown, sizeof(shown), "%04o", static_cast<unsigned>(mode));
+    EXPECT_EQ(r.status().message(),
+              "token file " + path +
+                  " is readable or writable by group or others (mode " + shown +
+                  "); make it private with chmod 600 " + path);
+    // LoadOrCreateToken reads an existing file the same way.
+    EXPECT_FALSE(LoadOrCreateToken(path).ok());
+  }
+  WriteFile(path, "abc\n", 0600);
+  Result<std::string> r = ReadToken(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "token file " + path +
+                " holds a token of 3 characters; at least 16 are required "
+                "(delete the file to have the controller create one)");
+  WriteFile(path, std::string(15, 'x'), 0600);
+  EXPECT_FALSE(ReadToken(path).ok());
+  WriteFile(path, std::string(16, 'x'), 0400);
+  EXPECT_TRUE(ReadToken(path).ok());
+  WriteFile(path, std::string(5000, 'x'), 0600);
+  r = ReadToken(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("longer than 4096 bytes"),
+            std::string::npos);
+}
+
+TEST(TokenTest, CreatedPrivateEvenOverAStaleTemporaryFile) {
+  TempDir dir;
+  const std::string path = dir.path() + "/token";
+  // A temporary of a dead process that had our pid, left readable by all.
+  const std::string stale = path + ".tmp." + std::to_string(::getpid());
+  WriteFile(stale, "old", 0666);
+  const mode_t old_umask = ::umask(0);
+  Result<std::string> token = LoadOrCreateToken(path);
+  ::umask(old_umask);
+  ASSERT_TRUE(token.ok()) << token.status().message();
+  EXPECT_EQ(token->size(), 64u);
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_NE(::access(stale.c_str(), F_OK), 0);
+  Result<std::string> again = ReadToken(path);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(*again, *token);
+}
+
+TEST(WriteJsonTest, BytesThatAreNotUtf8NeverThrow) {
+  // A message quoting raw request bytes (a decoded %FF) used to make
+  // json::dump throw, which the server turned into a 500.
+  httplib::Response res;
+  ASSERT_NO_THROW(WriteError(res, 400, "", "queued_resource_id: 'p\xFF'"));
+  EXPECT_EQ(res.status, 400);
+  nlohmann::json body = nlohmann::json::parse(res.body);
+  EXPECT_EQ(body["error"]["message"], "queued_resource_id: 'p\xEF\xBF\xBD'");
+  EXPECT_EQ(body["error"]["status"], "INVALID_ARGUMENT");
+}
+
+TEST(ApiClientTest, BodyThatIsNotUtf8IsAnError) {
+  Result<ApiClient> client =
+      ApiClient::Create("http://127.0.0.1:1", "t", std::chrono::seconds(1));
+  ASSERT_TRUE(client.ok());
+  nlohmann::json body = {{"a", "\xFF"}};
+  Result<HttpResponse> r = Internal("not called");
+  ASSERT_NO_THROW(r = client->Call("POST", "/x", &body));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(ConstantTimeEqualsTest, Compares) {

@@ -2,12 +2,36 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 
+#include "control/validation.h"
 #include "runtime/mesh/topology.h"
 
 namespace multislice::control {
 
 using nlohmann::json;
+
+namespace {
+
+// False after answering 400 with `s`'s sentence.
+bool Valid(const Status& s, httplib::Response& res) {
+  if (!s.ok()) WriteError(res, 400, "INVALID_ARGUMENT", s.message());
+  return s.ok();
+}
+
+// The queued resource named by the path {project}/{zone}/{id}, validated.
+std::optional<std::string> NameFromPath(const httplib::Request& req,
+                                        httplib::Response& res) {
+  if (!Valid(
+          ValidateQueuedResourceName(req.matches[2].str(), req.matches[3].str(),
+                                     req.matches[4].str()),
+          res)) {
+    return std::nullopt;
+  }
+  return QrName(req.matches[2], req.matches[3], req.matches[4]);
+}
+
+}  // namespace
 
 void PublicApi::Mount(httplib::Server& server, const std::string& token) {
   const std::string base =
@@ -38,18 +62,13 @@ void PublicApi::HandleCreate(const httplib::Request& req,
                "parent: a queued resource is created in one zone, not '-'");
     return;
   }
+  if (!Valid(ValidateParent(project, zone, false), res)) return;
   const std::string id = req.get_param_value("queued_resource_id");
   if (id.empty()) {
     WriteError(res, 400, "INVALID_ARGUMENT", "queued_resource_id: is required");
     return;
   }
-  if (!ValidResourceId(id) || id.size() > 63) {
-    WriteError(res, 400, "INVALID_ARGUMENT",
-               "queued_resource_id: '" + id.substr(0, 80) +
-                   "' does not match ^[A-Za-z0-9_.~+%-]+$ (at most 63 "
-                   "characters)");
-    return;
-  }
+  if (!Valid(ValidateResourceId("queued_resource_id", id), res)) return;
   Result<json> body = ParseJsonText(req.body);
   if (!body.ok()) {
     WriteError(res, 400, "INVALID_ARGUMENT", body.status().message());
@@ -84,6 +103,7 @@ void PublicApi::HandleCreate(const httplib::Request& req,
     return;
   }
   r.seq = state_.next_seq++;
+  r.uid = state_.NewUid();
   OperationRecord op = state_.NewOperation(r, api, "create");
   r.waiting_ops.push_back(op.name);
   Status s = state_.Persist(r, {op});
@@ -100,8 +120,9 @@ void PublicApi::HandleCreate(const httplib::Request& req,
 }
 
 void PublicApi::HandleGet(const httplib::Request& req, httplib::Response& res) {
-  const std::string name =
-      QrName(req.matches[2], req.matches[3], req.matches[4]);
+  const std::optional<std::string> path_name = NameFromPath(req, res);
+  if (!path_name) return;
+  const std::string& name = *path_name;
   std::lock_guard<std::mutex> lock(state_.mu);
   QueuedResourceRecord* found = FoundOr404(state_.FindById(name), name, res);
   if (!found) return;
@@ -111,49 +132,29 @@ void PublicApi::HandleGet(const httplib::Request& req, httplib::Response& res) {
 void PublicApi::HandleList(const httplib::Request& req,
                            httplib::Response& res) {
   const std::string project = req.matches[2], zone = req.matches[3];
-  int page_size = 100;
-  if (req.has_param("pageSize")) {
-    const std::string text = req.get_param_value("pageSize");
-    char* end = nullptr;
-    long v = std::strtol(text.c_str(), &end, 10);
-    if (text.empty() || *end != '\0' || v < 0 || v > 1000) {
-      WriteError(res, 400, "INVALID_ARGUMENT",
-                 "pageSize: '" + text.substr(0, 40) +
-                     "' is not an integer from 0 to 1000");
-      return;
-    }
-    if (v > 0) page_size = static_cast<int>(v);
-  }
-  int64_t after = 0;
-  if (req.has_param("pageToken") && !req.get_param_value("pageToken").empty()) {
-    const std::string text = req.get_param_value("pageToken");
-    char* end = nullptr;
-    long long v = std::strtoll(text.c_str(), &end, 10);
-    if (*end != '\0' || v < 0) {
-      WriteError(res, 400, "INVALID_ARGUMENT",
-                 "pageToken: '" + text.substr(0, 40) +
-                     "' is not a token from a previous list");
-      return;
-    }
-    after = v;
-  }
+  if (!Valid(ValidateParent(project, zone, true), res)) return;
+  Result<int> page_size = ParsePageSize(
+      req.has_param("pageSize") ? req.get_param_value("pageSize") : "0");
+  if (!Valid(page_size.status(), res)) return;
+  Result<int64_t> after = ParsePageToken(req.get_param_value("pageToken"));
+  if (!Valid(after.status(), res)) return;
   std::vector<const QueuedResourceRecord*> matching;
   std::lock_guard<std::mutex> lock(state_.mu);
   for (const auto& [name, r] : state_.records) {
     if (r.project == project && (zone == "-" || r.zone == zone) &&
-        r.seq > after) {
+        r.seq > *after) {
       matching.push_back(&r);
     }
   }
   std::sort(matching.begin(), matching.end(),
             [](const auto* a, const auto* b) { return a->seq < b->seq; });
   json out = {{"queuedResources", json::array()}};
-  for (size_t i = 0; i < matching.size() && static_cast<int>(i) < page_size;
-       ++i) {
+  const size_t shown = std::min(matching.size(), size_t(*page_size));
+  for (size_t i = 0; i < shown; ++i) {
     out["queuedResources"].push_back(matching[i]->ToApi());
   }
-  if (static_cast<int>(matching.size()) > page_size) {
-    out["nextPageToken"] = std::to_string(matching[page_size - 1]->seq);
+  if (matching.size() > shown) {
+    out["nextPageToken"] = FormatPageToken(matching[shown - 1]->seq);
   }
   WriteJson(res, 200, out);
 }
@@ -161,8 +162,9 @@ void PublicApi::HandleList(const httplib::Request& req,
 void PublicApi::HandleDelete(const httplib::Request& req,
                              httplib::Response& res) {
   const std::string api = req.matches[1];
-  const std::string name =
-      QrName(req.matches[2], req.matches[3], req.matches[4]);
+  const std::optional<std::string> path_name = NameFromPath(req, res);
+  if (!path_name) return;
+  const std::string& name = *path_name;
   const std::string force_text = req.get_param_value("force");
   const bool force = force_text == "true" || force_text == "1";
   std::lock_guard<std::mutex> lock(state_.mu);
@@ -193,8 +195,9 @@ void PublicApi::HandleDelete(const httplib::Request& req,
 void PublicApi::HandleReset(const httplib::Request& req,
                             httplib::Response& res) {
   const std::string api = req.matches[1];
-  const std::string name =
-      QrName(req.matches[2], req.matches[3], req.matches[4]);
+  const std::optional<std::string> path_name = NameFromPath(req, res);
+  if (!path_name) return;
+  const std::string& name = *path_name;
   std::lock_guard<std::mutex> lock(state_.mu);
   QueuedResourceRecord* found = FoundOr404(state_.FindById(name), name, res);
   if (!found) return;
@@ -236,6 +239,11 @@ void PublicApi::CommitUserChange(QueuedResourceRecord& r,
 
 void PublicApi::HandleOperation(const httplib::Request& req,
                                 httplib::Response& res) {
+  if (!Valid(ValidateOperationName(req.matches[2].str(), req.matches[3].str(),
+                                   req.matches[4].str()),
+             res)) {
+    return;
+  }
   const std::string name = "projects/" + std::string(req.matches[2]) +
                            "/locations/" + std::string(req.matches[3]) +
                            "/operations/" + std::string(req.matches[4]);

@@ -11,6 +11,9 @@ namespace multislice::control {
 using nlohmann::json;
 
 void Reconciler::Start() {
+  std::set<std::string> live;
+  for (const auto& [name, r] : state_.records) live.insert(RunIdentity(r));
+  stores_.RemoveFileStoresExcept(live);
   loop_thread_ = std::thread([this] { Loop(); });
 }
 
@@ -235,7 +238,7 @@ std::vector<StartTarget> StartTargets(const QueuedResourceRecord& r,
                {"TPU_WORKER_ID", std::to_string(w)},
                {"TPU_WORKER_HOSTNAMES", hostnames},
                {"MULTISLICE_ACCELERATOR_TYPE", r.spec.accelerator_type},
-               {"MULTISLICE_RUN_ID", r.id},
+               {"MULTISLICE_RUN_ID", RunIdentity(r)},
                {"MULTISLICE_ATTEMPT", std::to_string(r.attempt)}};
       targets.push_back(std::move(t));
     }
@@ -428,6 +431,7 @@ void Reconciler::ApplyWork(const std::string& name, uint64_t version,
       }
       for (const OperationRecord& op : ops) state_.ops[op.name] = op;
       state_.Log(r.id + ": deleted");
+      stores_.Release(r);
       state_.records.erase(it);
       state_.versions.erase(name);
       return;

@@ -1,7 +1,16 @@
 // SQLite persistence of the controller (see store.h).
 #include "control/store.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <functional>
+#include <utility>
 
 namespace multislice::control {
 namespace {
@@ -26,9 +35,155 @@ Status SqlError(sqlite3* db, const std::string& what) {
   return Internal("state store: " + what + ": " + sqlite3_errmsg(db));
 }
 
+// One write transaction: Begin() runs BEGIN IMMEDIATE; unless Commit()
+// succeeded, destruction rolls back, so that an error or an exception
+// anywhere in between never leaves a transaction open (which would make
+// every later BEGIN fail).
+class Transaction {
+ public:
+  explicit Transaction(sqlite3* db) : db_(db) {}
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+  ~Transaction() {
+    // SQLite may have rolled back already (e.g. on SQLITE_FULL).
+    if (begun_ && !committed_ && sqlite3_get_autocommit(db_) == 0) {
+      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    }
+  }
+
+  Status Begin() {
+    if (sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) !=
+        SQLITE_OK) {
+      return SqlError(db_, "starting a transaction");
+    }
+    begun_ = true;
+    return OkStatus();
+  }
+  Status Commit() {
+    if (sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
+      return SqlError(db_, "committing");
+    }
+    committed_ = true;
+    return OkStatus();
+  }
+
+ private:
+  sqlite3* db_;
+  bool begun_ = false;
+  bool committed_ = false;
+};
+
+// Creates `path` mode 0600 when absent and narrows it (and any -wal and
+// -shm beside it) to 0600 when present: SQLite gives its -wal and -shm
+// files the mode of the database.
+Status MakePrivate(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return Internal("state store " + path +
+                    ": cannot create it: " + std::strerror(errno));
+  }
+  const int changed = ::fchmod(fd, 0600);
+  const int chmod_errno = errno;
+  ::close(fd);
+  if (changed != 0) {
+    return Internal("state store " + path + ": cannot make it mode 0600: " +
+                    std::strerror(chmod_errno));
+  }
+  for (const char* suffix : {"-wal", "-shm"}) {
+    const std::string side = path + suffix;
+    if (::chmod(side.c_str(), 0600) != 0 && errno != ENOENT) {
+      return Internal("state store " + side +
+                      ": cannot make it mode 0600: " + std::strerror(errno));
+    }
+  }
+  return OkStatus();
+}
+
+// The pid written in a lock file, or "" when there is none yet.
+std::string LockHolder(int fd) {
+  char buf[32] = {};
+  const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+  std::string text = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) {
+    text.pop_back();
+  }
+  const bool digits = !text.empty() &&
+                      text.find_first_not_of("0123456789") == std::string::npos;
+  return digits ? text : "";
+}
+
+std::string DirOf(const std::string& path) {
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  return dir.empty() ? "." : dir.string();
+}
+
 }  // namespace
 
+DataDirLock::DataDirLock(DataDirLock&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), dir_(std::move(other.dir_)) {}
+
+DataDirLock& DataDirLock::operator=(DataDirLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    dir_ = std::move(other.dir_);
+  }
+  return *this;
+}
+
+DataDirLock::~DataDirLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock
+}
+
+Result<DataDirLock> LockDataDir(const std::string& dir) {
+  std::error_code ec;
+  std::string shown = std::filesystem::absolute(dir, ec).lexically_normal();
+  if (ec || shown.empty()) shown = dir;
+  while (shown.size() > 1 && shown.back() == '/') shown.pop_back();
+  const std::string path = shown + "/controller.lock";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return FailedPrecondition("data directory " + shown + ": cannot open " +
+                              path + ": " + std::strerror(errno));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int lock_errno = errno;
+    const std::string holder = LockHolder(fd);
+    ::close(fd);
+    if (lock_errno != EWOULDBLOCK) {
+      return FailedPrecondition("data directory " + shown + ": cannot lock " +
+                                path + ": " + std::strerror(lock_errno));
+    }
+    return FailedPrecondition(
+        "data directory " + shown + " is in use by another controller (" +
+        (holder.empty() ? std::string("pid not yet written")
+                        : "pid " + holder) +
+        "); stop it first or choose another --data-dir");
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::fchmod(fd, 0600) != 0 || ::ftruncate(fd, 0) != 0 ||
+      ::pwrite(fd, pid.data(), pid.size(), 0) !=
+          static_cast<ssize_t>(pid.size())) {
+    const int write_errno = errno;
+    ::close(fd);
+    return FailedPrecondition("data directory " + shown + ": cannot write " +
+                              path + ": " + std::strerror(write_errno));
+  }
+  return DataDirLock(fd, shown);
+}
+
 Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+  ASSIGN_OR_RETURN(DataDirLock lock, LockDataDir(DirOf(path)));
+  return Open(path, std::move(lock));
+}
+
+Result<std::unique_ptr<Store>> Store::Open(const std::string& path,
+                                           DataDirLock lock) {
+  if (!lock.held()) {
+    return FailedPrecondition("state store " + path +
+                              ": opened without its data directory's lock");
+  }
+  RETURN_IF_ERROR(MakePrivate(path));
   sqlite3* db = nullptr;
   if (sqlite3_open_v2(
           path.c_str(), &db,
@@ -38,34 +193,45 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
     sqlite3_close(db);
     return Internal("state store " + path + ": cannot open: " + message);
   }
-  std::unique_ptr<Store> store(new Store(db));
+  std::unique_ptr<Store> store(new Store(db, std::move(lock)));
   sqlite3_busy_timeout(db, 5000);
   // WAL: a crashed process loses nothing committed; synchronous=NORMAL is
   // safe against process crashes (only a power loss may drop the last
   // transactions), which is the failure this controller is built for.
   RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
   RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=NORMAL"));
-  RETURN_IF_ERROR(store->Exec(
-      "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);"
-      "CREATE TABLE IF NOT EXISTS queued_resources (name TEXT PRIMARY KEY, "
-      "seq INTEGER NOT NULL, doc TEXT NOT NULL);"
-      "CREATE TABLE IF NOT EXISTS operations (name TEXT PRIMARY KEY, "
-      "doc TEXT NOT NULL);"
-      "CREATE TABLE IF NOT EXISTS hosts (id TEXT PRIMARY KEY, doc TEXT NOT "
-      "NULL);"
-      "INSERT OR IGNORE INTO meta VALUES ('schema_version', '1');"));
-  Statement version(db, "SELECT value FROM meta WHERE key='schema_version'");
-  if (!version.ok() || sqlite3_step(version.get()) != SQLITE_ROW) {
-    return SqlError(db, "reading the schema version");
+  RETURN_IF_ERROR(store->CreateSchema(path));
+  return store;
+}
+
+Status Store::CreateSchema(const std::string& path) {
+  {
+    Transaction txn(db_);
+    RETURN_IF_ERROR(txn.Begin());
+    RETURN_IF_ERROR(Exec(
+        "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);"
+        "CREATE TABLE IF NOT EXISTS queued_resources (name TEXT PRIMARY KEY, "
+        "seq INTEGER NOT NULL, doc TEXT NOT NULL);"
+        "CREATE TABLE IF NOT EXISTS operations (name TEXT PRIMARY KEY, "
+        "doc TEXT NOT NULL);"
+        "CREATE TABLE IF NOT EXISTS hosts (id TEXT PRIMARY KEY, doc TEXT NOT "
+        "NULL);"
+        "INSERT OR IGNORE INTO meta VALUES ('schema_version', '1');"));
+    RETURN_IF_ERROR(txn.Commit());
   }
-  const std::string found =
+  Statement version(db_, "SELECT value FROM meta WHERE key='schema_version'");
+  if (!version.ok() || sqlite3_step(version.get()) != SQLITE_ROW) {
+    return SqlError(db_, "reading the schema version");
+  }
+  const char* text =
       reinterpret_cast<const char*>(sqlite3_column_text(version.get(), 0));
+  const std::string found = text ? text : "(none)";
   if (found != std::to_string(kStoreSchemaVersion)) {
     return FailedPrecondition("state store " + path + " has schema version " +
                               found + "; this controller reads version " +
                               std::to_string(kStoreSchemaVersion));
   }
-  return store;
+  return OkStatus();
 }
 
 Store::~Store() { sqlite3_close(db_); }
@@ -123,12 +289,18 @@ Result<StoreSnapshot> Store::Load() {
 }
 
 Status Store::Apply(const StoreChange& change) {
-  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-  auto fail = [&](const std::string& what) {
-    Status s = SqlError(db_, what);
-    Exec("ROLLBACK").ok();
-    return s;
-  };
+  Transaction txn(db_);
+  RETURN_IF_ERROR(txn.Begin());
+  try {
+    RETURN_IF_ERROR(WriteChange(change));
+  } catch (const std::exception& e) {
+    return Internal(std::string("state store: the change was rolled back: ") +
+                    e.what());
+  }
+  return txn.Commit();
+}
+
+Status Store::WriteChange(const StoreChange& change) {
   auto put = [&](const char* sql, const std::string& key,
                  const std::string& doc, const int64_t* seq) -> bool {
     Statement stmt(db_, sql);
@@ -142,31 +314,28 @@ Status Store::Apply(const StoreChange& change) {
   for (const QueuedResourceRecord& r : change.put_queued_resources) {
     if (!put("INSERT OR REPLACE INTO queued_resources VALUES (?, ?, ?)", r.name,
              r.ToStorage().dump(), &r.seq)) {
-      return fail("writing queued resource " + r.name);
+      return SqlError(db_, "writing queued resource " + r.name);
     }
   }
   for (const std::string& name : change.delete_queued_resources) {
     Statement stmt(db_, "DELETE FROM queued_resources WHERE name = ?");
-    if (!stmt.ok()) return fail("deleting");
+    if (!stmt.ok()) return SqlError(db_, "deleting");
     sqlite3_bind_text(stmt.get(), 1, name.c_str(), -1, SQLITE_TRANSIENT);
     if (sqlite3_step(stmt.get()) != SQLITE_DONE) {
-      return fail("deleting queued resource " + name);
+      return SqlError(db_, "deleting queued resource " + name);
     }
   }
   for (const OperationRecord& op : change.put_operations) {
     if (!put("INSERT OR REPLACE INTO operations VALUES (?, ?)", op.name,
              op.ToStorage().dump(), nullptr)) {
-      return fail("writing operation " + op.name);
+      return SqlError(db_, "writing operation " + op.name);
     }
   }
   for (const nlohmann::json& host : change.put_hosts) {
     if (!put("INSERT OR REPLACE INTO hosts VALUES (?, ?)",
              host.at("id").get<std::string>(), host.dump(), nullptr)) {
-      return fail("writing a host");
+      return SqlError(db_, "writing a host");
     }
-  }
-  if (sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
-    return fail("committing");
   }
   return OkStatus();
 }

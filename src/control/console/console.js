@@ -6,7 +6,8 @@
 const TOKEN_KEY = 'multislice.token';
 const POLL_MS = 2000;
 const LOG_POLL_MS = 5000;
-const ID_RE = /^[A-Za-z0-9_.~+%-]+$/;
+const ID_RE = /^[a-z]([-a-z0-9]*[a-z0-9])?$/;
+const ID_RULE = 'does not match ^[a-z]([-a-z0-9]*[a-z0-9])?$ (a lowercase letter, then lowercase letters, digits or hyphens, not ending in a hyphen; at most 63 characters)';
 const NO_FORCE_STATES = ['ACCEPTED', 'FAILED', 'SUSPENDED', 'DELETING'];
 const $ = (id) => document.getElementById(id);
 
@@ -433,8 +434,8 @@ function clientChecks(v) {
   const errors = [];
   if (!v.name) errors.push(['name', 'queued_resource_id: is required']);
   else if (!ID_RE.test(v.name) || v.name.length > 63) {
-    errors.push(['name', "queued_resource_id: '" + v.name.slice(0, 80) +
-        "' does not match ^[A-Za-z0-9_.~+%-]+$ (at most 63 characters)"]);
+    errors.push(['name', "queued_resource_id: '" + v.name.slice(0, 64) +
+        "' " + ID_RULE]);
   }
   if (!v.zone) errors.push(['zone', 'parent: the zone is required']);
   else if (v.zone === '-' || v.zone.includes('/')) errors.push(['zone', "parent: a queued resource is created in one zone, not '" + v.zone + "'"]);
@@ -445,7 +446,7 @@ function clientChecks(v) {
       errors.push(['slices', 'tpu.node_spec[0].multi_node_params.node_count: ' + (v.slices || 'nothing') + ' is outside 2..256']);
     }
     if (v.prefix && !ID_RE.test(v.prefix)) {
-      errors.push(['prefix', "tpu.node_spec[0].multi_node_params.node_id_prefix: '" + v.prefix + "' does not match ^[A-Za-z0-9_.~+%-]+$"]);
+      errors.push(['prefix', "tpu.node_spec[0].multi_node_params.node_id_prefix: '" + v.prefix + "' " + ID_RULE]);
     }
   }
   if (v.validUntil && (!/^\d+$/.test(v.validUntil) || +v.validUntil < 1)) {

@@ -40,6 +40,7 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -70,13 +71,39 @@ class PollableFileStore : public gloo::rendezvous::FileStore {
   using FileStore::check;
 };
 
+// AUTH [user] password on `redis`; empty when there is nothing to send or
+// it was accepted, else the server's refusal.
+std::string Authenticate(redisContext* redis, const StoreAddress& address) {
+  if (address.password.empty()) return "";
+  std::vector<const char*> argv = {"AUTH"};
+  std::vector<size_t> lens = {4};
+  if (!address.user.empty()) {
+    argv.push_back(address.user.c_str());
+    lens.push_back(address.user.size());
+  }
+  argv.push_back(address.password.c_str());
+  lens.push_back(address.password.size());
+  auto* reply = static_cast<redisReply*>(redisCommandArgv(
+      redis, static_cast<int>(argv.size()), argv.data(), lens.data()));
+  if (reply == nullptr) return redis->errstr;
+  std::string error;
+  if (reply->type == REDIS_REPLY_ERROR) error.assign(reply->str, reply->len);
+  freeReplyObject(reply);
+  return error;
+}
+
 // Gloo's RedisStore sends its commands without a timeout; a Redis server
-// that stops answering would block a worker forever.
+// that stops answering would block a worker forever. Authenticates first
+// when the address has credentials.
 class TimedRedisStore : public gloo::rendezvous::RedisStore {
  public:
-  TimedRedisStore(const std::string& host, int port, timeval io_timeout)
-      : RedisStore(host, port) {
+  TimedRedisStore(const StoreAddress& address, timeval io_timeout)
+      : RedisStore(address.host, address.port) {
     redisSetTimeout(redis_, io_timeout);
+    const std::string refused = Authenticate(redis_, address);
+    if (!refused.empty()) {
+      GLOO_THROW_IO_EXCEPTION("authentication refused: ", refused);
+    }
   }
 };
 
@@ -154,6 +181,25 @@ class BoundedStore : public gloo::rendezvous::Store {
   const std::string prefix_;
   const std::chrono::milliseconds timeout_;
 };
+
+// "%XX" escapes decoded; nullopt on a malformed escape.
+std::optional<std::string> PercentDecode(std::string_view text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out.push_back(text[i]);
+      continue;
+    }
+    int value = 0;
+    if (i + 2 >= text.size()) return {};
+    auto [ptr, ec] =
+        std::from_chars(text.data() + i + 1, text.data() + i + 3, value, 16);
+    if (ec != std::errc() || ptr != text.data() + i + 3) return {};
+    out.push_back(static_cast<char>(value));
+    i += 2;
+  }
+  return out;
+}
 
 Result<int> ParsePort(std::string_view address, std::string_view text) {
   int port = 0;
@@ -342,6 +388,11 @@ Result<RedisConnection> ConnectRedis(const StoreAddress& address) {
                        address.ToString() + ": " + redis->errstr);
   }
   redisSetTimeout(redis.get(), io_timeout);
+  const std::string refused = Authenticate(redis.get(), address);
+  if (!refused.empty()) {
+    return Unavailable("the rendezvous store " + address.ToString() +
+                       " refused the credentials: " + refused);
+  }
   return redis;
 }
 
@@ -388,8 +439,9 @@ Status ClaimAttemptInRedis(const StoreAddress& address,
 std::string StoreAddress::ToString() const {
   if (kind == Kind::kFile) return std::string(kFileScheme) + path;
   const bool ipv6 = host.find(':') != std::string::npos;
-  return std::string(kRedisScheme) + (ipv6 ? "[" + host + "]" : host) + ":" +
-         std::to_string(port);
+  const std::string who = user.empty() ? "" : user + "@";
+  return std::string(kRedisScheme) + who + (ipv6 ? "[" + host + "]" : host) +
+         ":" + std::to_string(port);
 }
 
 Result<StoreAddress> ParseStoreAddress(std::string_view address) {
@@ -404,6 +456,22 @@ Result<StoreAddress> ParseStoreAddress(std::string_view address) {
   if (address.starts_with(kRedisScheme)) {
     std::string_view rest = address.substr(kRedisScheme.size());
     out.kind = StoreAddress::Kind::kRedis;
+    const size_t at = rest.rfind('@');
+    if (at != std::string_view::npos) {
+      std::string_view credentials = rest.substr(0, at);
+      rest = rest.substr(at + 1);
+      const size_t colon = credentials.find(':');
+      if (colon == std::string_view::npos) {
+        return BadAddress(address, "credentials are USER:PASSWORD@");
+      }
+      auto user = PercentDecode(credentials.substr(0, colon));
+      auto password = PercentDecode(credentials.substr(colon + 1));
+      if (!user || !password || password->empty()) {
+        return BadAddress(address, "the credentials are not USER:PASSWORD");
+      }
+      out.user = *user;
+      out.password = *password;
+    }
     out.port = kDefaultRedisPort;
     std::string_view host, port;
     if (rest.starts_with('[')) {  // [IPv6]:PORT
@@ -462,9 +530,8 @@ Result<std::shared_ptr<gloo::rendezvous::Store>> OpenStore(
     const timeval io_timeout = {kRedisIoTimeoutSeconds, 0};
     return std::shared_ptr<gloo::rendezvous::Store>(
         std::make_shared<BoundedStore<TimedRedisStore>>(
-            std::make_unique<TimedRedisStore>(address.host, address.port,
-                                              io_timeout),
-            prefix, timeout));
+            std::make_unique<TimedRedisStore>(address, io_timeout), prefix,
+            timeout));
   } catch (const std::exception& e) {
     return Unavailable("cannot open the rendezvous store " +
                        address.ToString() + ": " + GlooErrorMessage(e));

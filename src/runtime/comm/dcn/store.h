@@ -2,7 +2,9 @@
 // job's current restart attempt.
 //
 // Addresses: `file://DIR` (a directory every worker can reach; the default on
-// one machine) or `redis://HOST:PORT` (across machines). The store handed to
+// one machine) or `redis://[USER:PASSWORD@]HOST:PORT` (across machines; with
+// credentials, every connection authenticates first, as a Redis ACL user
+// when USER is given). The store handed to
 // Gloo is Gloo's own FileStore or RedisStore, wrapped so that every key is
 // prefixed by "<run_id>/<attempt>/" (a restarted job never meets a stale peer)
 // and every wait, including the one inside get(), is bounded by the timeout.
@@ -22,14 +24,18 @@ namespace multislice::dcn {
 struct StoreAddress {
   enum class Kind { kFile, kRedis };
   Kind kind = Kind::kFile;
-  std::string path;  // kFile: the directory
-  std::string host;  // kRedis
-  int port = 6379;   // kRedis
+  std::string path;      // kFile: the directory
+  std::string host;      // kRedis
+  int port = 6379;       // kRedis
+  std::string user;      // kRedis: empty for the default user
+  std::string password;  // kRedis: empty for none
 
+  // The address without the password (for messages).
   std::string ToString() const;
 };
 
-// Parses "file://DIR" or "redis://HOST:PORT". kInvalidArgument names the
+// Parses "file://DIR" or "redis://[USER:PASSWORD@]HOST:PORT" (USER and
+// PASSWORD percent-decoded). kInvalidArgument names the
 // value and the accepted forms.
 Result<StoreAddress> ParseStoreAddress(std::string_view address);
 

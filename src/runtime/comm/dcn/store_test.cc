@@ -76,6 +76,14 @@ TEST(ParseStoreAddressTest, AcceptsFileAndRedisForms) {
   EXPECT_EQ(default_port->host, "coordinator");
   EXPECT_EQ(default_port->port, 6379);
 
+  Result<StoreAddress> secret =
+      ParseStoreAddress("redis://ms-run:p%40ss%3Aword@10.0.0.7:7000");
+  ASSERT_TRUE(secret.ok()) << secret.status().message();
+  EXPECT_EQ(secret->user, "ms-run");
+  EXPECT_EQ(secret->password, "p@ss:word");
+  EXPECT_EQ(secret->host, "10.0.0.7");
+  EXPECT_EQ(secret->ToString(), "redis://ms-run@10.0.0.7:7000");  // no secret
+
   Result<StoreAddress> ipv6 = ParseStoreAddress("redis://[::1]:6380");
   ASSERT_TRUE(ipv6.ok()) << ipv6.status().message();
   EXPECT_EQ(ipv6->host, "::1");
@@ -88,7 +96,8 @@ TEST(ParseStoreAddressTest, RejectsOtherFormsNamingTheValue) {
        {"", "/tmp/dir", "file://", "file:/tmp/x", "redis://", "redis://:6379",
         "redis://host:", "redis://host:0", "redis://host:65536",
         "redis://host:12x", "redis://[::1", "redis://[::1]x", "redis://a/b:1",
-        "http://host:80", "FILE:///tmp"}) {
+        "http://host:80", "FILE:///tmp", "redis://user@host:1",
+        "redis://user:@host:1", "redis://u:p%zz@host:1"}) {
     Result<StoreAddress> r = ParseStoreAddress(bad);
     ASSERT_FALSE(r.ok()) << "accepted '" << bad << "'";
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
@@ -292,6 +301,55 @@ TEST(RedisStoreTest, ClaimAttemptAndPrefixedKeys) {
   const auto start = Clock::now();
   EXPECT_THROW((*run)->get("rank_1"), gloo::IoException);
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+}
+
+// Issue 12, defect 5: the coordinator was open to anyone who reached it.
+// With an ACL user per run (as the controller creates them), a worker's
+// credentials reach its own run's keys only, and wrong ones are refused.
+TEST(RedisStoreTest, AclUserReachesOnlyItsOwnRun) {
+  RedisServer server;
+  ASSERT_TRUE(server.ready())
+      << "could not start /usr/bin/redis-server (is it installed?)";
+  const StoreAddress admin = server.address();
+  redisContext* c = redisConnect("127.0.0.1", admin.port);
+  ASSERT_TRUE(c != nullptr && c->err == 0);
+  auto* reply = static_cast<redisReply*>(redisCommand(
+      c,
+      "ACL SETUSER ms-R on >secret-R resetkeys ~R/* ~multislice/attempt/R "
+      "resetchannels -@all +get +set +setnx +exists +eval +ping"));
+  ASSERT_NE(reply, nullptr);
+  EXPECT_EQ(reply->type, REDIS_REPLY_STATUS) << reply->str;
+  freeReplyObject(reply);
+  redisFree(c);
+
+  StoreAddress worker = admin;
+  worker.user = "ms-R";
+  worker.password = "secret-R";
+  EXPECT_TRUE(ClaimAttempt(worker, "R", 1).ok());
+  auto own = OpenStore(worker, "R/1", milliseconds(300));
+  ASSERT_TRUE(own.ok()) << own.status().message();
+  (*own)->set("rank_0", Bytes("host-a"));
+  EXPECT_EQ(Text((*own)->get("rank_0")), "host-a");
+
+  // Another run's keys: refused.
+  Status other = ClaimAttempt(worker, "S", 99);
+  EXPECT_FALSE(other.ok());
+  EXPECT_NE(other.message().find("NOPERM"), std::string::npos)
+      << other.message();
+  auto foreign = OpenStore(worker, "S/1", milliseconds(300));
+  ASSERT_TRUE(foreign.ok());
+  EXPECT_THROW((*foreign)->set("rank_0", Bytes("x")), gloo::IoException);
+
+  // Wrong password: refused at once, the message without the password.
+  StoreAddress wrong = worker;
+  wrong.password = "guess";
+  Status refused = ClaimAttempt(wrong, "R", 2);
+  EXPECT_EQ(refused.code(), StatusCode::kUnavailable);
+  EXPECT_NE(refused.message().find("refused the credentials"),
+            std::string::npos)
+      << refused.message();
+  EXPECT_EQ(refused.message().find("guess"), std::string::npos);
+  EXPECT_FALSE(OpenStore(wrong, "R/2", milliseconds(300)).ok());
 }
 
 }  // namespace
