@@ -1,6 +1,12 @@
 #include "control/agent_capacity.h"
 
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <mutex>
 #include <thread>
 
@@ -45,6 +51,48 @@ Result<std::string> ExecOnWorker(ApiClient& client, const std::string& worker,
 }
 
 namespace {
+
+// Whether the host of `address` (HOST:PORT) refuses a TCP connection to the
+// port at once: the agent process is gone. A timeout (a frozen agent, a
+// partition) is not a refusal.
+bool ConnectionRefused(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return false;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(address.substr(0, colon).c_str(),
+                    address.substr(colon + 1).c_str(), &hints, &found) != 0) {
+    return false;
+  }
+  bool refused = false;
+  const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  if (fd >= 0) {
+    if (::connect(fd, found->ai_addr, found->ai_addrlen) != 0 &&
+        errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, 500) == 1) {
+        int error = 0;
+        socklen_t len = sizeof(error);
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len);
+        refused = error == ECONNREFUSED;
+      }
+    } else {
+      refused = errno == ECONNREFUSED;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return refused;
+}
+
+// Records `host` as unreachable in `result`, and as dead when it refuses.
+void Unreachable(const HostCall& host, WorkResult& result) {
+  result.lost_hosts.insert(host.host_id);
+  if (ConnectionRefused(host.agent_address)) {
+    result.dead_hosts.insert(host.host_id);
+  }
+}
 
 // A 409 on start: a worker of that name already runs. Ours (a restarted
 // controller) counts as started; one of another attempt is stopped.
@@ -100,7 +148,7 @@ WorkResult AgentCapacity::StartWorkers(const std::vector<StartTarget>& targets,
     }
     std::lock_guard<std::mutex> lock(result_mu);
     if (!put.ok()) {
-      result.lost_hosts.insert(t.host.host_id);
+      Unreachable(t.host, result);
     } else if (put->status == 201 || put->status == 200) {
       ok[index] = 1;
       result.started_workers.emplace_back(t.host.host_id, put->body);
@@ -138,15 +186,15 @@ WorkResult AgentCapacity::StopWorkers(const std::vector<HostCall>& hosts,
     if (!client.ok()) return;
     Result<HttpResponse> list = client->Call("GET", "/agent/v1/workers");
     if (!list.ok()) {
-      // The agent is gone, and its process groups with it.
       std::lock_guard<std::mutex> lock(result_mu);
-      result.lost_hosts.insert(h.host_id);
+      Unreachable(h, result);
       return;
     }
     if (list->status != 200) {
       all_stopped = false;
       return;
     }
+    bool host_stopped = true;
     for (const json& w : list->body.value("workers", json::array())) {
       const std::string name = w.value("name", "");
       if (!IsWorkerOf(name, worker_prefix)) continue;
@@ -156,10 +204,16 @@ WorkResult AgentCapacity::StopWorkers(const std::vector<HostCall>& hosts,
           client->Call("POST", "/agent/v1/workers/" + name + ":stop", &stop);
       if (!r.ok()) {
         std::lock_guard<std::mutex> lock(result_mu);
-        result.lost_hosts.insert(h.host_id);
+        Unreachable(h, result);
+        host_stopped = false;
       } else if (r->status != 200 && r->status != 404) {
         all_stopped = false;
+        host_stopped = false;
       }
+    }
+    if (host_stopped) {
+      std::lock_guard<std::mutex> lock(result_mu);
+      result.stopped_hosts.insert(h.host_id);
     }
   });
   result.complete = all_stopped.load();

@@ -37,7 +37,13 @@ struct WorkResult {
   bool complete = false;             // the stage's calls all succeeded
   std::set<int> started_nodes;       // start: nodes whose workers all run
   std::set<std::string> lost_hosts;  // hosts that could not be reached
-  std::string hard_error;            // a host refused: the QR fails
+  // Of lost_hosts, those whose workers are certainly gone: the host answered
+  // that nothing listens at the agent's port, so the agent is dead, and its
+  // workers' guardians die with it (process.h).
+  std::set<std::string> dead_hosts;
+  // stop: hosts that answered and have none of the workers running.
+  std::set<std::string> stopped_hosts;
+  std::string hard_error;  // a host refused: the QR fails
   // start: the status each host answered for a started worker (its pid),
   // known before the next heartbeat carries it.
   std::vector<std::pair<std::string, nlohmann::json>> started_workers;

@@ -76,9 +76,18 @@ Status ControlState::Load() {
   for (const json& j : snapshot.hosts) {
     Host h = Host::FromStorage(j);
     h.last_heartbeat = now;  // a grace period of one timeout after restart
+    GrantLease(h);           // whatever it was granted before, lapsed by then
     int n = std::atoi(h.id.c_str() + (h.id.rfind("host-", 0) == 0 ? 5 : 0));
     next_host = std::max(next_host, n + 1);
     hosts[h.id] = h;
+  }
+  // A restarted attempt may have been fenced before the restart: wait a
+  // whole lease before starting it.
+  for (const auto& [name, r] : records) {
+    if (r.stage == "start" && r.attempt > 1) {
+      fences[name][""] =
+          now + WorkerLease().count() + options_.fence_margin.count();
+    }
   }
   if (!records.empty()) {
     Log("restored " + std::to_string(records.size()) + " queued resources, " +
@@ -203,8 +212,34 @@ void RepairNode(QueuedResourceRecord& r, int lost_node,
 
 }  // namespace
 
+std::chrono::milliseconds ControlState::WorkerLease() const {
+  return options_.worker_lease.count() > 0 ? options_.worker_lease
+                                           : 2 * options_.heartbeat_timeout;
+}
+
+void ControlState::GrantLease(Host& h) {
+  h.lease_until =
+      SteadyMs() + WorkerLease().count() + options_.fence_margin.count();
+}
+
+int64_t ControlState::FenceOf(const std::string& name) const {
+  auto it = fences.find(name);
+  if (it == fences.end()) return 0;
+  int64_t until = 0;
+  for (const auto& [host, t] : it->second) until = std::max(until, t);
+  return until;
+}
+
+void ControlState::LiftFence(const std::string& name,
+                             const std::string& host_id) {
+  auto it = fences.find(name);
+  if (it == fences.end()) return;
+  it->second.erase(host_id);
+  if (it->second.empty()) fences.erase(it);
+}
+
 void ControlState::MarkLost(const std::string& host_id,
-                            const std::string& reason) {
+                            const std::string& reason, bool confirmed) {
   auto hit = hosts.find(host_id);
   if (hit == hosts.end()) return;
   Host& host = hit->second;
@@ -224,6 +259,7 @@ void ControlState::MarkLost(const std::string& host_id,
       }
     }
     if (lost_node < 0) continue;
+    if (!confirmed) fences[name][host_id] = host.lease_until;
     RepairNode(r, lost_node, host_id, *this);
     Changed(r);
     Status s = Persist(r);

@@ -41,6 +41,9 @@ struct Host {
   std::string lost_reason;
   int64_t last_heartbeat = 0;  // steady ms; not persisted
   int64_t lost_at = 0;         // steady ms of the last loss; not persisted
+  // Steady ms by which every lease granted to this host's workers has
+  // certainly lapsed (last answered heartbeat + lease + margin).
+  int64_t lease_until = 0;
   nlohmann::json workers = nlohmann::json::array();
 
   nlohmann::json ToStorage() const;
@@ -84,7 +87,19 @@ class ControlState {
   // moved since the work was launched.
   void Changed(QueuedResourceRecord& r) { ++versions[r.name]; }
   // Marks the host lost and sends every queued resource using it to repair.
-  void MarkLost(const std::string& host_id, const std::string& reason);
+  // Unless `confirmed` (its workers are known to be gone), each of them is
+  // fenced: its next workers start only after the host's lease_until.
+  void MarkLost(const std::string& host_id, const std::string& reason,
+                bool confirmed = false);
+  // The lease granted with a heartbeat answered now, and the host's new
+  // lease_until.
+  std::chrono::milliseconds WorkerLease() const;
+  void GrantLease(Host& h);
+  // When r's next workers may start (steady ms; 0: now): the latest
+  // lease_until of the hosts it lost without confirmation.
+  int64_t FenceOf(const std::string& name) const;
+  // The host's workers are confirmed stopped: it no longer fences r.
+  void LiftFence(const std::string& name, const std::string& host_id);
   // Host id -> the name of the queued resource holding it.
   std::map<std::string, std::string> HostOwners() const;
   // By id or full name; nullptr when none.
@@ -106,6 +121,8 @@ class ControlState {
   std::map<std::string, Host> hosts;                    // by id
   int64_t next_seq = 1;
   int next_host = 1;
+  // Record name -> host id -> steady ms before which r may not start.
+  std::map<std::string, std::map<std::string, int64_t>> fences;
 
  private:
   const ControllerOptions& options_;

@@ -245,7 +245,7 @@ Status Controller::Impl::ReportHostLost(const std::string& host,
   std::lock_guard<std::mutex> lock(state_->mu);
   for (const auto& [id, h] : state_->hosts) {
     if (Matches(id, h, host)) {
-      state_->MarkLost(id, reason);
+      state_->MarkLost(id, reason, /*confirmed=*/true);
       state_->Wake();
       return OkStatus();
     }

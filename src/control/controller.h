@@ -52,6 +52,13 @@ struct ControllerOptions {
   // answers is alive, and the silence was the network or this controller's
   // own overload, not a reason to repair.
   std::chrono::milliseconds liveness_probe_timeout{1000};
+  // Fencing (docs/control.md): each heartbeat answer grants the host's
+  // workers a lease this long (0: twice heartbeat_timeout); a worker whose
+  // lease lapses is killed by its guardian. A replacement for a host lost
+  // without its agent confirming that its workers stopped starts only
+  // lease + fence_margin after that host's last answered heartbeat.
+  std::chrono::milliseconds worker_lease{0};
+  std::chrono::milliseconds fence_margin{1000};
 };
 
 class Controller {

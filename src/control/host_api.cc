@@ -94,6 +94,7 @@ void HostApi::HandleRegister(const httplib::Request& req,
   }
   if (h.id.empty()) h.id = "host-" + std::to_string(state_.next_host++);
   h.last_heartbeat = SteadyMs();
+  state_.GrantLease(h);
   Status s = state_.PersistHost(h);
   if (!s.ok()) {
     WriteError(res, 500, "INTERNAL", s.message());
@@ -107,7 +108,8 @@ void HostApi::HandleRegister(const httplib::Request& req,
       res, 200,
       {{"hostId", h.id},
        {"heartbeatIntervalMs", state_.options().heartbeat_interval.count()},
-       {"heartbeatPort", agent_port_}});
+       {"heartbeatPort", agent_port_},
+       {"leaseMs", state_.WorkerLease().count()}});
 }
 
 void HostApi::HandleHeartbeat(const httplib::Request& req,
@@ -122,11 +124,12 @@ void HostApi::HandleHeartbeat(const httplib::Request& req,
     return;
   }
   it->second.last_heartbeat = SteadyMs();
+  state_.GrantLease(it->second);
   if (body.is_object() && body.contains("workers") &&
       body["workers"].is_array()) {
     it->second.workers = body["workers"];
   }
-  WriteJson(res, 200, json::object());
+  WriteJson(res, 200, {{"leaseMs", state_.WorkerLease().count()}});
 }
 
 void HostApi::HandleFailHost(const httplib::Request& req,

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -83,8 +84,44 @@ struct ChildSetup {
   int null_fd;
   int sync_fd;
   pid_t agent;
-  int death_signal;  // sent to the guardian when the agent dies
+  int death_signal;        // sent to the guardian when the agent dies
+  const char* lease_path;  // null: no lease
 };
+
+// Whether the lease at `path` is still valid: a deadline in BootTimeNs()
+// units that has not passed. Async-signal-safe.
+bool LeaseValid(const char* path) {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[32];
+  const ssize_t n = ::read(fd, buf, sizeof(buf));
+  ::close(fd);
+  if (n <= 0 || n >= static_cast<ssize_t>(sizeof(buf))) return false;
+  int64_t deadline = 0;
+  for (ssize_t i = 0; i < n && buf[i] != '\n'; ++i) {
+    if (buf[i] < '0' || buf[i] > '9') return false;
+    deadline = deadline * 10 + (buf[i] - '0');
+  }
+  timespec now{};
+  ::clock_gettime(CLOCK_BOOTTIME, &now);
+  return static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec < deadline;
+}
+
+// Waits for `worker`; with a lease, reads it every kLeasePollMs and kills
+// the whole group (this guardian included) once it lapsed.
+// Async-signal-safe.
+int WaitForWorker(pid_t worker, const char* lease_path) {
+  int status = 0;
+  for (;;) {
+    const pid_t r = ::waitpid(worker, &status, lease_path ? WNOHANG : 0);
+    if (r == worker) return status;
+    if (r < 0 && errno != EINTR) ::_exit(127);
+    if (lease_path == nullptr) continue;
+    if (!LeaseValid(lease_path)) ::kill(0, SIGKILL);
+    timespec pause{0, kLeasePollMs * 1000000L};
+    ::nanosleep(&pause, nullptr);
+  }
+}
 
 // Closes every descriptor from `from` up, except `keep`.
 void CloseFrom(int from, int keep) {
@@ -155,10 +192,7 @@ void KillOwnGroup(int) { ::kill(0, SIGKILL); }
   }
   ::signal(SIGCHLD, SIG_DFL);
   CloseFrom(0, -1);  // also releases the sync pipe: Start() may return
-  int status = 0;
-  while (::waitpid(worker, &status, 0) < 0) {
-    if (errno != EINTR) ::_exit(127);
-  }
+  const int status = WaitForWorker(worker, c.lease_path);
   if (WIFEXITED(status)) ::_exit(WEXITSTATUS(status));
   const int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
   if (sig != 0) {
@@ -367,9 +401,17 @@ class RealProcessLauncher final : public ProcessLauncher {
       return Internal("fork failed: " + error);
     }
     if (pid == 0) {
-      ChildSetup setup{program.c_str(), argv.data(), envp.data(),
-                       directory,       log_fd,      null_fd,
-                       sync_fd,         parent,      death_signal};
+      ChildSetup setup{
+          program.c_str(),
+          argv.data(),
+          envp.data(),
+          directory,
+          log_fd,
+          null_fd,
+          sync_fd,
+          parent,
+          death_signal,
+          spec.lease_path.empty() ? nullptr : spec.lease_path.c_str()};
       GuardianMain(setup);
     }
     ::close(log_fd);
@@ -391,6 +433,28 @@ class RealProcessLauncher final : public ProcessLauncher {
 };
 
 }  // namespace
+
+int64_t BootTimeNs() {
+  timespec now{};
+  ::clock_gettime(CLOCK_BOOTTIME, &now);
+  return static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+}
+
+Status WriteLease(const std::string& path, int64_t deadline_ns) {
+  const std::string temp = path + ".tmp";
+  const std::string text = std::to_string(deadline_ns) + "\n";
+  const int fd =
+      ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return Internal("cannot write the lease " + temp + ": " + Errno());
+  const bool ok = ::write(fd, text.data(), text.size()) ==
+                  static_cast<ssize_t>(text.size());
+  ::close(fd);
+  if (!ok || ::rename(temp.c_str(), path.c_str()) != 0) {
+    return Internal("cannot write the lease " + path + ": " + Errno());
+  }
+  return OkStatus();
+}
 
 bool ProcessGroupAlive(pid_t pgid) {
   if (pgid <= 0) return false;

@@ -22,6 +22,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,7 +42,20 @@ struct ProcessSpec {
   // stdout and stderr are appended to this file (created with mode 0600 when
   // absent); empty: /dev/null.
   std::string log_path;
+  // Fencing: a lease file (WriteLease) the guardian reads every
+  // kLeasePollMs; once its deadline has passed, or it cannot be read, the
+  // guardian kills its whole group. Empty: no lease.
+  std::string lease_path;
 };
+
+// How often a guardian reads its lease.
+inline constexpr int kLeasePollMs = 100;
+
+// CLOCK_BOOTTIME (which counts a suspended machine's sleep too), in ns.
+int64_t BootTimeNs();
+// Atomically replaces the lease file `path` with `deadline_ns` (a
+// BootTimeNs() value): a temporary file, then rename.
+Status WriteLease(const std::string& path, int64_t deadline_ns);
 
 struct ProcessState {
   pid_t pid = -1;       // the leader's pid (== the group id)

@@ -48,8 +48,56 @@ class ProcessTest : public ::testing::Test {
   std::unique_ptr<ProcessLauncher> launcher_ = NewProcessLauncher();
 };
 
+// Fencing (issue 12, defect 6): a worker whose lease lapses is killed by its
+// guardian, grandchildren included, without any help from the agent (which
+// may be frozen); one whose lease is renewed keeps running.
+TEST_F(ProcessTest, GuardianKillsTheGroupWhenItsLeaseLapses) {
+  const std::string lease = Path("lease");
+  ASSERT_TRUE(WriteLease(lease, BootTimeNs() + 2'000'000'000LL).ok());
+  ProcessSpec renewed{{"/bin/bash", "-c", "sleep 30 & wait"}, {}, "", "", ""};
+  renewed.lease_path = lease;
+  auto kept = Start(renewed);
+  const std::string short_lease = Path("short-lease");
+  ASSERT_TRUE(WriteLease(short_lease, BootTimeNs() + 600'000'000LL).ok());
+  ProcessSpec lapsing{
+      {"/bin/bash", "-c", "sleep 30 & echo $! > " + Path("child") + "; wait"},
+      {},
+      "",
+      "",
+      ""};
+  lapsing.lease_path = short_lease;
+  const auto started = std::chrono::steady_clock::now();
+  auto fenced = Start(lapsing);
+  ASSERT_NE(kept, nullptr);
+  ASSERT_NE(fenced, nullptr);
+  ASSERT_TRUE(WaitForFile(Path("child"), seconds(5)));
+  const int grandchild = std::stoi(ReadFile(Path("child")));
+  // Renew the first lease while the second lapses.
+  for (int i = 0; i < 15; ++i) {
+    ASSERT_TRUE(WriteLease(lease, BootTimeNs() + 1'000'000'000LL).ok());
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  ProcessState s = fenced->Wait(seconds(5));
+  const double ms = std::chrono::duration<double, std::milli>(
+                        std::chrono::steady_clock::now() - started)
+                        .count();
+  EXPECT_FALSE(s.running);
+  EXPECT_EQ(s.signal, SIGKILL);
+  EXPECT_GE(ms, 600);
+  EXPECT_FALSE(ProcessGroupAlive(fenced->pid()));
+  EXPECT_NE(::kill(grandchild, 0), 0) << "the grandchild outlived the lease";
+  EXPECT_TRUE(kept->Poll().running) << "a renewed lease was fenced";
+  ASSERT_TRUE(kept->Stop(milliseconds(100)).ok());
+  // A lease file that cannot be read counts as lapsed.
+  ProcessSpec unreadable{{"/bin/sleep", "30"}, {}, "", "", ""};
+  unreadable.lease_path = Path("no-such-lease");
+  auto orphan = Start(unreadable);
+  ASSERT_NE(orphan, nullptr);
+  EXPECT_FALSE(orphan->Wait(seconds(5)).running);
+}
+
 TEST_F(ProcessTest, ReportsExitCode) {
-  auto group = Start({{"/bin/bash", "-c", "exit 7"}, {}, "", ""});
+  auto group = Start({{"/bin/bash", "-c", "exit 7"}, {}, "", "", ""});
   ASSERT_NE(group, nullptr);
   ProcessState s = group->Wait(seconds(10));
   EXPECT_FALSE(s.running);
@@ -63,7 +111,7 @@ TEST_F(ProcessTest, ReportsExitCode) {
 
 TEST_F(ProcessTest, ReportsSignal) {
   auto group =
-      Start({{"/bin/bash", "-c", "kill -USR1 $$; sleep 5"}, {}, "", ""});
+      Start({{"/bin/bash", "-c", "kill -USR1 $$; sleep 5"}, {}, "", "", ""});
   ASSERT_NE(group, nullptr);
   ProcessState s = group->Wait(seconds(10));
   EXPECT_FALSE(s.running);
@@ -102,6 +150,7 @@ TEST_F(ProcessTest, GroupDiesWithTheProcessThatStartedIt) {
                                    "mv child.tmp child; sleep 100"},
                                   {},
                                   dir_.path(),
+                                  "",
                                   ""});
     if (!group.ok()) ::_exit(1);
     std::ofstream(group_file) << (*group)->pid() << "\n";
@@ -128,7 +177,7 @@ TEST_F(ProcessTest, GroupDiesWithTheProcessThatStartedIt) {
 
 TEST_F(ProcessTest, AppendsLogAcrossAttemptsWithStderr) {
   ProcessSpec spec{
-      {"/bin/bash", "-c", "echo out; echo err >&2"}, {}, "", Path("w.log")};
+      {"/bin/bash", "-c", "echo out; echo err >&2"}, {}, "", Path("w.log"), ""};
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto group = Start(spec);
     ASSERT_NE(group, nullptr);
@@ -142,6 +191,7 @@ TEST_F(ProcessTest, StopEndsGroupWithGrandchildren) {
       {"/bin/bash", "-c", "sleep 100 & echo $! > child; sleep 100"},
       {},
       dir_.path(),
+      "",
       ""};
   auto group = Start(spec);
   ASSERT_NE(group, nullptr);
@@ -162,8 +212,11 @@ TEST_F(ProcessTest, StopEndsGroupWithGrandchildren) {
 
 TEST_F(ProcessTest, StopKillsGroupAfterLeaderExited) {
   // The leader exits at once and leaves a background child in the group.
-  ProcessSpec spec{
-      {"/bin/bash", "-c", "sleep 100 & echo $! > child"}, {}, dir_.path(), ""};
+  ProcessSpec spec{{"/bin/bash", "-c", "sleep 100 & echo $! > child"},
+                   {},
+                   dir_.path(),
+                   "",
+                   ""};
   auto group = Start(spec);
   ASSERT_NE(group, nullptr);
   ASSERT_TRUE(WaitForFile(Path("child"), seconds(10)));
@@ -183,6 +236,7 @@ TEST_F(ProcessTest, KillsTermIgnoringGroupAfterGrace) {
        "trap '' TERM; echo ready > ready; while :; do sleep 0.05; done"},
       {},
       dir_.path(),
+      "",
       ""};
   auto group = Start(spec);
   ASSERT_NE(group, nullptr);
@@ -198,7 +252,7 @@ TEST_F(ProcessTest, KillsTermIgnoringGroupAfterGrace) {
 }
 
 TEST_F(ProcessTest, StopFromAnotherThreadWhilePolling) {
-  auto group = Start({{"/bin/sleep", "100"}, {}, "", ""});
+  auto group = Start({{"/bin/sleep", "100"}, {}, "", "", ""});
   ASSERT_NE(group, nullptr);
   std::thread poller([&] {
     for (int i = 0; i < 200 && group->Poll().running; ++i) {
@@ -212,15 +266,15 @@ TEST_F(ProcessTest, StopFromAnotherThreadWhilePolling) {
 }
 
 TEST_F(ProcessTest, MissingProgramExits127AndBadDirectoryFails) {
-  auto group = Start({{"no-such-program-xyz"}, {}, "", Path("e.log")});
+  auto group = Start({{"no-such-program-xyz"}, {}, "", Path("e.log"), ""});
   ASSERT_NE(group, nullptr);
   EXPECT_EQ(group->Wait(seconds(10)).exit_code, 127);
   EXPECT_NE(ReadFile(Path("e.log")).find("cannot execute"), std::string::npos);
 
-  auto bad = launcher_->Start({{"/bin/true"}, {}, Path("missing-dir"), ""});
+  auto bad = launcher_->Start({{"/bin/true"}, {}, Path("missing-dir"), "", ""});
   EXPECT_FALSE(bad.ok());
   auto bad_log =
-      launcher_->Start({{"/bin/true"}, {}, "", Path("missing-dir/x.log")});
+      launcher_->Start({{"/bin/true"}, {}, "", Path("missing-dir/x.log"), ""});
   EXPECT_FALSE(bad_log.ok());
 }
 

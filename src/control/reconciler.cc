@@ -328,6 +328,17 @@ void Reconciler::LaunchWork(QueuedResourceRecord& r) {
     for (const NodeRecord& n : r.nodes) {
       if (n.hosts.empty()) return;  // waits for a replacement slice
     }
+    const int64_t fence = state_.FenceOf(name);
+    if (fence > SteadyMs()) {
+      if (fence_logged_.insert(name).second) {
+        state_.Log(r.id + ": attempt " + std::to_string(attempt) + " waits " +
+                   std::to_string(fence - SteadyMs()) +
+                   " ms for the lease of a lost host's workers to lapse");
+      }
+      return;
+    }
+    fence_logged_.erase(name);
+    state_.fences.erase(name);
     Result<std::string> coordinator = stores_.For(r, state_.hosts);
     if (!coordinator.ok()) {
       state_.Log(r.id + ": " + coordinator.status().message());
@@ -356,13 +367,16 @@ void Reconciler::LaunchWork(QueuedResourceRecord& r) {
 void Reconciler::ApplyWork(const std::string& name, uint64_t version,
                            const std::string& stage, int attempt,
                            const WorkResult& result) {
+  // Hosts whose agent says none of r's workers runs there fence r no more.
+  for (const std::string& h : result.stopped_hosts) state_.LiftFence(name, h);
   for (const std::string& h : result.lost_hosts) {
-    if (stage == "stop") {
-      // Unreachable while stopping: its workers died with the agent. Only
-      // mark it lost (for repair) if it is not already.
-      if (!state_.hosts[h].lost) state_.MarkLost(h, "agent unreachable");
-    } else {
-      state_.MarkLost(h, "agent unreachable");
+    // A dead agent's workers died with it; an unreachable one's stop when
+    // their lease lapses, and the record is fenced until then.
+    const bool dead = result.dead_hosts.count(h) > 0;
+    if (dead) state_.LiftFence(name, h);
+    // While stopping, only mark it lost (for repair) if it is not already.
+    if (stage != "stop" || !state_.hosts[h].lost) {
+      state_.MarkLost(h, "agent unreachable", /*confirmed=*/dead);
     }
   }
   for (const auto& [host_id, status] : result.started_workers) {

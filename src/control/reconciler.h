@@ -55,8 +55,9 @@ class Reconciler {
   CapacityProvider& capacity_;
   CoordinatorStores stores_;  // guarded by state_.mu
   std::thread loop_thread_;
-  std::set<std::string> busy_;     // records with a work thread running
-  std::set<std::string> probing_;  // hosts with a liveness probe running
+  std::set<std::string> busy_;          // records with a work thread running
+  std::set<std::string> probing_;       // hosts with a liveness probe running
+  std::set<std::string> fence_logged_;  // records told they wait for a fence
   struct Work {
     std::thread thread;
     std::shared_ptr<std::atomic<bool>> done;

@@ -15,6 +15,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -80,89 +82,135 @@ std::vector<Start> ReadStarts(const std::string& path) {
   return out;
 }
 
-TEST(RepairTest, KilledAgentIsReplacedAndEverySliceRestarts) {
-  TempDir dir;
-  ASSERT_TRUE(dir.ok());
-  const std::string data = dir.path() + "/controller";
-  const std::string out_path = dir.path() + "/controller.out";
-  pid_t controller = ::fork();
-  if (controller == 0) {
-    FILE* out = std::freopen(out_path.c_str(), "w", stdout);
-    (void)out;
-    ::execl(MULTISLICE_BINARY, MULTISLICE_BINARY, "controller", "--port", "0",
-            "--data-dir", data.c_str(), "--heartbeat-timeout", "1",
-            "--local-hosts", "3", "--local-accelerator-type", "cpu-2",
-            static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  // Whatever happens below, the controller (and with it its agents and
-  // their workers) is stopped and reaped.
-  struct Reaper {
-    pid_t pid;
-    ~Reaper() {
-      ::kill(pid, SIGTERM);
-      for (int i = 0; i < 300; ++i) {
-        if (::waitpid(pid, nullptr, WNOHANG) == pid) return;
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
+// `multislice controller --local-hosts 3` in a child (heartbeat timeout
+// 1 s), stopped and reaped when the test ends, with a client of its API and
+// a queued resource "job" of two cpu-2 slices whose startup script appends
+// "attempt slice pid time" to `starts`.
+class LocalCluster {
+ public:
+  explicit LocalCluster(const std::string& dir) : dir_(dir) {
+    const std::string data = dir + "/controller";
+    const std::string out_path = dir + "/controller.out";
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      FILE* out = std::freopen(out_path.c_str(), "w", stdout);
+      (void)out;
+      ::execl(MULTISLICE_BINARY, MULTISLICE_BINARY, "controller", "--port", "0",
+              "--data-dir", data.c_str(), "--heartbeat-timeout", "1",
+              "--local-hosts", "3", "--local-accelerator-type", "cpu-2",
+              static_cast<char*>(nullptr));
+      ::_exit(127);
     }
-  } reaper{controller};
-
-  std::string url;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        std::ifstream in(out_path);
-        std::string word;
-        while (in >> word) {
-          if (word.rfind("http://", 0) == 0) {
-            url = word;
-            return true;
+    std::string url;
+    WaitFor(
+        [&] {
+          std::ifstream in(out_path);
+          std::string word;
+          while (in >> word) {
+            if (word.rfind("http://", 0) == 0) {
+              url = word;
+              return true;
+            }
           }
-        }
-        return false;
-      },
-      std::chrono::seconds(10)));
-  Result<std::string> token = ReadToken(data + "/token");
-  ASSERT_TRUE(token.ok());
-  ApiClient client = *ApiClient::Create(url, *token, std::chrono::seconds(5));
-  auto hosts = [&] {
-    Result<HttpResponse> r = client.Call("GET", "/internal/v1/hosts");
-    return r.ok() ? r->body.value("hosts", json::array()) : json::array();
-  };
-  ASSERT_TRUE(
-      WaitFor([&] { return hosts().size() == 3; }, std::chrono::seconds(15)));
+          return false;
+        },
+        std::chrono::seconds(10));
+    Result<std::string> token = ReadToken(data + "/token");
+    if (url.empty() || !token.ok()) return;
+    client_.emplace(*ApiClient::Create(url, *token, std::chrono::seconds(5)));
+  }
+  // Whatever happened, the controller (and with it its agents and their
+  // workers) is stopped and reaped.
+  ~LocalCluster() {
+    ::kill(pid_, SIGTERM);
+    for (int i = 0; i < 300; ++i) {
+      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
 
-  const std::string starts = dir.path() + "/starts";
-  const std::string script =
-      "#!/bin/bash\n"
-      "echo \"$MULTISLICE_ATTEMPT $MEGASCALE_SLICE_ID $$ "
-      "$(date +%s.%N)\" >> " +
-      starts +
-      "\n"
-      "env | sort > env-attempt-$MULTISLICE_ATTEMPT.txt\n"
-      "exec sleep 600\n";
-  json body = {{"tpu",
-                {{"node_spec",
-                  {{{"multi_node_params", {{"node_count", 2}}},
-                    {"node",
-                     {{"accelerator_type", "cpu-2"},
-                      {"metadata", {{"startup-script", script}}}}}}}}}}};
-  auto state = [&](int* attempt = nullptr) {
+  bool ready() const { return client_.has_value(); }
+  ApiClient& client() { return *client_; }
+  std::string starts() const { return dir_ + "/starts"; }
+
+  json Hosts() {
+    Result<HttpResponse> r = client_->Call("GET", "/internal/v1/hosts");
+    return r.ok() ? r->body.value("hosts", json::array()) : json::array();
+  }
+  bool HostLost(const std::string& id) {
+    for (const json& h : Hosts()) {
+      if (h["id"] == id) return h.value("lost", false);
+    }
+    return false;
+  }
+  // The QR's state ("" when it cannot be read), and its attempt.
+  std::string State(int* attempt = nullptr) {
     Result<HttpResponse> r =
-        client.Call("GET", std::string(kParent) + "/queuedResources/job");
+        client_->Call("GET", std::string(kParent) + "/queuedResources/job");
     if (!r.ok() || r->status != 200) return std::string();
     if (attempt) *attempt = r->body.value("attempt", 0);
     return r->body["state"].value("state", "");
-  };
-  ASSERT_EQ(client
-                .Call("POST",
-                      std::string(kParent) +
-                          "/queuedResources?queued_resource_id=job",
-                      &body)
-                ->status,
-            200);
+  }
+  json Job() {
+    return client_->Call("GET", std::string(kParent) + "/queuedResources/job")
+        ->body;
+  }
+  bool CreateJob() {
+    const std::string script =
+        "#!/bin/bash\n"
+        "echo \"$MULTISLICE_ATTEMPT $MEGASCALE_SLICE_ID $$ "
+        "$(date +%s.%N)\" >> " +
+        starts() +
+        "\n"
+        "env | sort > env-attempt-$MULTISLICE_ATTEMPT.txt\n"
+        "exec sleep 600\n";
+    json body = {{"tpu",
+                  {{"node_spec",
+                    {{{"multi_node_params", {{"node_count", 2}}},
+                      {"node",
+                       {{"accelerator_type", "cpu-2"},
+                        {"metadata", {{"startup-script", script}}}}}}}}}}};
+    auto r = client_->Call(
+        "POST",
+        std::string(kParent) + "/queuedResources?queued_resource_id=job",
+        &body);
+    return r.ok() && r->status == 200;
+  }
+  // The pid of the agent of host `id` (found by its directory).
+  int AgentPid(const std::string& id) {
+    std::string workdir;
+    for (const json& h : Hosts()) {
+      if (h["id"] == id) workdir = h["workdir"];
+    }
+    for (int child : Children(pid_)) {
+      std::error_code ec;
+      auto cwd = std::filesystem::read_symlink(
+          "/proc/" + std::to_string(child) + "/cwd", ec);
+      if (!ec && std::filesystem::equivalent(cwd, workdir, ec)) return child;
+    }
+    return -1;
+  }
+
+ private:
+  std::string dir_;
+  pid_t pid_ = -1;
+  std::optional<ApiClient> client_;
+};
+
+TEST(RepairTest, KilledAgentIsReplacedAndEverySliceRestarts) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  LocalCluster cluster(dir.path());
+  ASSERT_TRUE(cluster.ready());
+  ApiClient& client = cluster.client();
+  auto hosts = [&] { return cluster.Hosts(); };
+  ASSERT_TRUE(
+      WaitFor([&] { return hosts().size() == 3; }, std::chrono::seconds(15)));
+  const std::string starts = cluster.starts();
+  auto state = [&](int* attempt = nullptr) { return cluster.State(attempt); };
+  ASSERT_TRUE(cluster.CreateJob());
   ASSERT_TRUE(
       WaitFor([&] { return state() == "ACTIVE"; }, std::chrono::seconds(15)));
   const double active_at = WallSeconds();
@@ -178,34 +226,16 @@ TEST(RepairTest, KilledAgentIsReplacedAndEverySliceRestarts) {
               (active_at - last_start) * 1000);
   EXPECT_LT(active_at - last_start, 1.0);
 
-  // The host of slice 0 and its agent process (found by its directory).
+  // The host of slice 0 and its agent process.
   Result<HttpResponse> qr =
       client.Call("GET", std::string(kParent) + "/queuedResources/job");
   const std::string lost_host = qr->body["nodes"][0]["hosts"][0];
-  std::string workdir;
-  for (const json& h : hosts()) {
-    if (h["id"] == lost_host) workdir = h["workdir"];
-  }
-  int agent_pid = -1;
-  for (int child : Children(controller)) {
-    std::error_code ec;
-    auto cwd = std::filesystem::read_symlink(
-        "/proc/" + std::to_string(child) + "/cwd", ec);
-    if (!ec && std::filesystem::equivalent(cwd, workdir, ec)) {
-      agent_pid = child;
-    }
-  }
-  ASSERT_GT(agent_pid, 0) << "no agent runs in " << workdir;
+  const int agent_pid = cluster.AgentPid(lost_host);
+  ASSERT_GT(agent_pid, 0) << "no agent of " << lost_host;
   const auto killed = Clock::now();
   ASSERT_EQ(::kill(agent_pid, SIGKILL), 0);
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        for (const json& h : hosts()) {
-          if (h["id"] == lost_host) return h.value("lost", false);
-        }
-        return false;
-      },
-      std::chrono::seconds(5)));
+  ASSERT_TRUE(WaitFor([&] { return cluster.HostLost(lost_host); },
+                      std::chrono::seconds(5)));
   const double detect_ms =
       std::chrono::duration<double, std::milli>(Clock::now() - killed).count();
   int attempt = 0;
@@ -238,6 +268,82 @@ TEST(RepairTest, KilledAgentIsReplacedAndEverySliceRestarts) {
     EXPECT_FALSE(Alive(s.pid)) << "attempt-1 process " << s.pid << " alive";
   }
   for (const auto& [slice, pid] : second) EXPECT_TRUE(Alive(pid));
+}
+
+// Issue 12, defect 6: an agent frozen (SIGSTOP) beyond the heartbeat timeout
+// had its slice replaced while its worker of the previous attempt ran on:
+// two attempts of one slice at once. Now the worker's lease lapses and its
+// guardian kills it, the replacement starts only after that lease has
+// certainly expired, and the agent that wakes stops whatever it still runs
+// before it registers again.
+TEST(RepairTest, FrozenAgentNeverRunsTwoAttemptsOfASlice) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  LocalCluster cluster(dir.path());
+  ASSERT_TRUE(cluster.ready());
+  ASSERT_TRUE(WaitFor([&] { return cluster.Hosts().size() == 3; },
+                      std::chrono::seconds(15)));
+  ASSERT_TRUE(cluster.CreateJob());
+  ASSERT_TRUE(WaitFor([&] { return cluster.State() == "ACTIVE"; },
+                      std::chrono::seconds(15)));
+  ASSERT_TRUE(WaitFor([&] { return ReadStarts(cluster.starts()).size() == 2; },
+                      std::chrono::seconds(5)));
+  const std::string frozen_host = cluster.Job()["nodes"][0]["hosts"][0];
+  const int agent_pid = cluster.AgentPid(frozen_host);
+  ASSERT_GT(agent_pid, 0);
+  int frozen_worker = -1;
+  for (const Start& s : ReadStarts(cluster.starts())) {
+    if (s.slice == 0) frozen_worker = s.pid;
+  }
+  ASSERT_TRUE(Alive(frozen_worker));
+  ASSERT_EQ(::kill(agent_pid, SIGSTOP), 0);
+  const auto frozen = Clock::now();
+  // Sample: at no moment two attempts of one slice alive.
+  double worker_gone_ms = -1;
+  int samples = 0, overlaps = 0, attempt = 0;
+  const auto deadline = frozen + std::chrono::seconds(40);
+  while (Clock::now() < deadline) {
+    std::map<int, std::set<int>> alive;  // slice -> attempts alive
+    for (const Start& s : ReadStarts(cluster.starts())) {
+      if (Alive(s.pid)) alive[s.slice].insert(s.attempt);
+    }
+    ++samples;
+    for (const auto& [slice, attempts] : alive) {
+      if (attempts.size() > 1) ++overlaps;
+    }
+    if (worker_gone_ms < 0 && !Alive(frozen_worker)) {
+      worker_gone_ms =
+          std::chrono::duration<double, std::milli>(Clock::now() - frozen)
+              .count();
+    }
+    if (cluster.State(&attempt) == "ACTIVE" && attempt == 2 &&
+        ReadStarts(cluster.starts()).size() == 4) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const double repaired_ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - frozen).count();
+  std::printf(
+      "frozen agent: its worker killed by its lease after %.0f ms, ACTIVE "
+      "again (attempt %d) after %.0f ms; %d samples, %d with two attempts of "
+      "a slice alive\n",
+      worker_gone_ms, attempt, repaired_ms, samples, overlaps);
+  EXPECT_EQ(attempt, 2);
+  EXPECT_EQ(overlaps, 0);
+  EXPECT_GE(worker_gone_ms, 0) << "the frozen host's worker survived";
+  EXPECT_LT(worker_gone_ms, 2000 + 1500);  // lease 2 s from the last beat
+  // Wake it: it stops whatever it still runs and registers again, free.
+  ASSERT_EQ(::kill(agent_pid, SIGCONT), 0);
+  ASSERT_TRUE(WaitFor([&] { return !cluster.HostLost(frozen_host); },
+                      std::chrono::seconds(10)));
+  EXPECT_FALSE(Alive(frozen_worker));
+  for (const json& h : cluster.Hosts()) {
+    if (h["id"] != frozen_host) continue;
+    for (const json& w : h.value("workers", json::array())) {
+      EXPECT_NE(w.value("state", ""), "RUNNING") << w.dump();
+    }
+  }
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <regex>
@@ -484,6 +485,37 @@ struct Agent::Impl {
 
   // ----- controller channel -----
 
+  // Fencing (docs/control.md): the workers' lease runs `leaseMs` from when
+  // the answered call was sent, so it never outlasts the controller's view.
+  void RenewLease(int64_t sent_ns, const json &answer) {
+    long long lease_ms = -1;
+    if (answer.is_object() && answer.contains("leaseMs") &&
+        answer["leaseMs"].is_number_integer()) {
+      lease_ms = answer["leaseMs"].get<long long>();
+    }
+    // A controller that grants no lease fences nothing.
+    const int64_t deadline = lease_ms > 0 ? sent_ns + lease_ms * 1000000LL
+                                          : std::numeric_limits<int64_t>::max();
+    Status s = WriteLease(LeasePath(), deadline);
+    if (!s.ok()) Log(s.message());
+  }
+
+  std::string LeasePath() const { return options.workdir + "/lease"; }
+
+  // Stops every running worker: the controller has declared this host lost,
+  // so they belong to an attempt that has moved on (their lease has lapsed
+  // too: their guardians may have stopped them already).
+  void StopEveryWorker() {
+    for (const json &w : table->Statuses()) {
+      if (w.value("state", "") != "RUNNING") continue;
+      const std::string name = w.value("name", "");
+      auto stopped = table->Stop(name, milliseconds(0));
+      Log("stopped stale worker " + name + " (attempt " +
+          std::to_string(w.value("attempt", 0)) + ")" +
+          (stopped.ok() ? "" : ": " + stopped.status().message()));
+    }
+  }
+
   // One registration call; ok with the host id and interval set.
   Status RegisterOnce(const ApiClient &client) {
     json body = {{"hostname", options.hostname},
@@ -491,9 +523,11 @@ struct Agent::Impl {
                  {"acceleratorType", options.accelerator_type},
                  {"agentAddress", Address()},
                  {"workdir", options.workdir}};
+    const int64_t sent_ns = BootTimeNs();
     ASSIGN_OR_RETURN(HttpResponse response,
                      client.Call("POST", "/internal/v1/hosts:register", &body));
     if (response.status / 100 != 2) return ErrorFromResponse(response);
+    RenewLease(sent_ns, response.body);
     if (!response.body.is_object() || !response.body.contains("hostId") ||
         !response.body["hostId"].is_string() ||
         response.body["hostId"].get<std::string>().empty()) {
@@ -600,13 +634,19 @@ struct Agent::Impl {
       }
       if (!Sleep(interval)) return;
       json body = {{"workers", table->Statuses()}};
+      const int64_t sent_ns = BootTimeNs();
       auto response =
           (channel ? *channel : *client)
               .Call("POST", "/internal/v1/hosts/" + id + ":heartbeat", &body);
       if (response.ok() && response->status == 404) {
-        Log("the controller does not know " + id + "; registering again");
+        Log("the controller does not know " + id +
+            "; stopping this host's workers, then registering again");
+        StopEveryWorker();
         if (!Register(*client, /*first=*/false)) return;
         continue;
+      }
+      if (response.ok() && response->status / 100 == 2) {
+        RenewLease(sent_ns, response->body);
       }
       Status s = !response.ok()                ? response.status()
                  : response->status / 100 != 2 ? ErrorFromResponse(*response)
@@ -668,6 +708,9 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentOptions options) {
   }
   impl->table = std::make_unique<WorkerTable>(impl->options.workdir, launcher,
                                               impl->options.stop_grace);
+  // No lease yet: workers start only once registration has granted one.
+  ::unlink(impl->LeasePath().c_str());
+  impl->table->set_lease_path(impl->LeasePath());
 
   httplib::Server &server = impl->server;
   server.new_task_queue = [] {

@@ -234,6 +234,7 @@ Status WorkerTable::Launch(Worker& worker, int attempt,
   spec.env = env;
   spec.directory = worker.directory;
   spec.log_path = worker.log;
+  spec.lease_path = lease_path_;
   auto group = launcher_->Start(spec);
   if (!group.ok()) return group.status();
   std::shared_ptr<ProcessGroup> started(std::move(group).value());

@@ -118,6 +118,10 @@ class WorkerTable {
   // worker of that name was started.
   Result<std::string> WorkerDirectory(const std::string& name);
 
+  // Fencing: every worker started from now on holds the lease at `path`
+  // (ProcessSpec::lease_path) and is killed by its guardian when it lapses.
+  void set_lease_path(std::string path) { lease_path_ = std::move(path); }
+
   // Refuses new starts, then stops every group at once (with stop_grace) and
   // waits for all. Idempotent.
   void Shutdown();
@@ -133,6 +137,7 @@ class WorkerTable {
   const std::string workdir_;
   ProcessLauncher* const launcher_;
   const std::chrono::milliseconds stop_grace_;
+  std::string lease_path_;  // set before serving
 
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Worker>> workers_;
