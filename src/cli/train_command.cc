@@ -2,12 +2,19 @@
 // train/trainer.h, MaxText style. On a plain machine it launches the slices
 // as local worker processes; started by an agent (the worker variables set)
 // it is one worker of a multi-host job.
+//
+// Before anything big is allocated, the memory the configuration needs is
+// checked against what the host has (train/memory.h): by the launcher of
+// local slices for all of them together, and by every worker for itself.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <memory>
+#include <new>
 #include <nlohmann/json.hpp>
 
 #include "bench/peak.h"
@@ -17,8 +24,10 @@
 #include "compute/matmul.h"
 #include "runtime/launcher.h"
 #include "runtime/runtime.h"
+#include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/data.h"
+#include "train/memory.h"
 #include "train/trainer.h"
 
 namespace multislice::cli {
@@ -47,6 +56,58 @@ mesh::ParallelismConfig Parallelism(const TrainConfig& c) {
   p.dcn = {c.dcn_data_parallelism, c.dcn_fsdp_parallelism,
            c.dcn_tensor_parallelism};
   return p;
+}
+
+// A device thread's failure ends the worker at once (no other device thread
+// is left waiting on a dead peer) with the trainer's sentence as it is.
+void ExitOnDeviceError(const Status& s) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "%s: %s\n", kName, s.message().c_str());
+  std::fflush(stderr);
+  ::_exit(ExitCodeFor(s));
+}
+
+uint64_t FileBytes(const std::string& path) {
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  return ec ? 0 : static_cast<uint64_t>(size);
+}
+
+// What one worker process holds: `local_devices` of `devices`, an fsdp axis
+// of `fsdp`, the dataset in `dataset_dir`.
+train::WorkerShape ShapeOf(const TrainConfig& config, int local_devices,
+                           int devices, int fsdp,
+                           const std::string& dataset_dir) {
+  train::WorkerShape shape;
+  shape.local_devices = local_devices;
+  shape.devices = devices;
+  shape.fsdp = fsdp;
+  if (config.enable_checkpointing) {
+    CheckpointOptions options;
+    options.directory = train::CheckpointDirectory(config);
+    shape.restoring = CheckpointManager(options).LatestCompleteStep().ok();
+  }
+  shape.dataset_bytes = FileBytes(dataset_dir + "/train.bin") +
+                        FileBytes(dataset_dir + "/val.bin");
+  shape.bf16_via_f32 =
+      compute::ActiveBf16Route() == compute::Bf16Route::kViaF32;
+  return shape;
+}
+
+// The estimate for `processes` workers of `shape` against the host's
+// available memory; kInvalidArgument (one sentence) when it does not fit.
+// `note` gets both in words, for a later out-of-memory message.
+Status CheckMemory(const TrainConfig& config, const train::WorkerShape& shape,
+                   int processes, train::MemoryEstimate* estimate,
+                   std::string* note) {
+  *estimate = train::EstimateWorkerMemory(config, shape);
+  ASSIGN_OR_RETURN(train::AvailableMemory available,
+                   train::AvailableHostMemory(train::SystemMemorySources()));
+  *note = "this configuration needs " +
+          train::DescribeEstimate(*estimate, processes) + " and " +
+          train::FormatBytes(available.bytes) + " was available at start (" +
+          available.source + ")";
+  return train::CheckHostMemory(*estimate, processes, available);
 }
 
 // The prepared dataset the config names, or the default fortunes dataset
@@ -83,12 +144,20 @@ Result<std::string> DatasetDirectory(const TrainConfig& c) {
   return dir;
 }
 
-int RunWorker(const TrainConfig& config, const runtime::WorkerEnv& env,
-              const TrainFlags& flags) {
+int AxisSize(const mesh::DeviceMesh& mesh, const std::string& axis) {
+  for (size_t a = 0; a < mesh.axis_names.size(); ++a) {
+    if (mesh.axis_names[a] == axis) return mesh.shape[a];
+  }
+  return 1;
+}
+
+int RunWorkerBody(const TrainConfig& config, const runtime::WorkerEnv& env,
+                  const TrainFlags& flags) {
   runtime::RuntimeOptions options;
   options.env = env;
   options.parallelism = Parallelism(config);
   options.timeout = std::chrono::seconds(flags.timeout_seconds);
+  options.on_device_error = ExitOnDeviceError;
   auto rt_or = runtime::Runtime::Create(options);
   if (!rt_or.ok()) return Fail(rt_or.status());
   runtime::Runtime& rt = **rt_or;
@@ -96,6 +165,15 @@ int RunWorker(const TrainConfig& config, const runtime::WorkerEnv& env,
   if (!dataset.ok()) return Fail(dataset.status());
 
   train::TrainerOptions trainer;
+  train::MemoryEstimate memory;
+  const train::WorkerShape shape =
+      ShapeOf(config, static_cast<int>(rt.local_devices().size()),
+              static_cast<int>(rt.devices().size()),
+              AxisSize(rt.mesh(), "fsdp"), *dataset);
+  if (Status s = CheckMemory(config, shape, 1, &memory, &trainer.memory_note);
+      !s.ok()) {
+    return Fail(s);
+  }
   trainer.config = config;
   trainer.dataset_dir = *dataset;
   trainer.platform = PlatformText(MatmulDType(config));
@@ -138,6 +216,7 @@ int RunWorker(const TrainConfig& config, const runtime::WorkerEnv& env,
         {"seconds_to_first_step", summary.seconds_to_first_step},
         {"losses", summary.losses},
         {"platform", PlatformJson(MatmulDType(config))},
+        {"memory_estimate_bytes", memory.total()},
     };
     std::printf("%s\n", out.dump().c_str());
   } else if (summary.last_step >= summary.first_step) {
@@ -160,6 +239,20 @@ int RunWorker(const TrainConfig& config, const runtime::WorkerEnv& env,
         RunDirectory(config).c_str());
   }
   return 0;
+}
+
+// RunWorkerBody, with an allocation that fails outside the device threads
+// (the restore, the start-up measurement) as one sentence too.
+int RunWorker(const TrainConfig& config, const runtime::WorkerEnv& env,
+              const TrainFlags& flags) {
+  try {
+    return RunWorkerBody(config, env, flags);
+  } catch (const std::bad_alloc&) {
+    return Fail(Internal(
+        "out of memory (an allocation failed before training); lower "
+        "per_device_batch_size or max_target_length, or free memory on the "
+        "host"));
+  }
 }
 
 std::string TimestampRunName() {
@@ -235,8 +328,18 @@ int Run(const TrainFlags& flags) {
         "ici_tensor_parallelism/dcn_tensor_parallelism: multislice train "
         "shards with data and fsdp only; set both to 1"));
   }
-  if (auto dataset = DatasetDirectory(config); !dataset.ok()) {
-    return Fail(dataset.status());
+  auto dataset = DatasetDirectory(config);
+  if (!dataset.ok()) return Fail(dataset.status());
+  // Every slice is a process of this machine: all of them must fit.
+  const int devices_per_slice = type->devices_per_slice();
+  const train::WorkerShape shape =
+      ShapeOf(config, devices_per_slice, devices_per_slice * num_slices,
+              resolved->ici[1] * resolved->dcn[1], *dataset);
+  train::MemoryEstimate memory;
+  std::string note;
+  if (Status s = CheckMemory(config, shape, num_slices, &memory, &note);
+      !s.ok()) {
+    return Fail(s);
   }
 
   runtime::LocalJobOptions job;
@@ -259,7 +362,11 @@ void AddTrainCommand(CLI::App& root, CommandTable& table) {
   cmd->footer(
       "Writes base_output_directory/run_name/: config.json, metrics.jsonl, "
       "loss.svg and checkpoints/. Running the same command again resumes "
-      "from the newest complete checkpoint, on any mesh.\n"
+      "from the newest complete checkpoint, on any mesh. A checkpoint or "
+      "metrics write that fails (a full disk) stops the run at the next step "
+      "(exit 1). A configuration whose memory estimate exceeds what the host "
+      "has available is refused (exit 2); MULTISLICE_MEMORY_LIMIT_BYTES "
+      "overrides the memory available.\n"
       "On one machine the slices are local worker processes: their number "
       "is the product of the dcn_* values (2 when one is -1, or "
       "--num_slices).\n"

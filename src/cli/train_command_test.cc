@@ -1,19 +1,24 @@
 // End-to-end tests of `multislice train`: the real binary, launched as a
 // user would, on several meshes, killed with SIGKILL mid-run and during an
-// asynchronous save, restored onto other meshes and from corrupt files.
+// asynchronous save, restored onto other meshes and from corrupt files; on a
+// "full disk" (a file size limit: EFBIG, and /dev/full: ENOSPC) and with too
+// little memory, its estimate checked against the peak RSS of real runs.
 //
 // The reference for every mesh is the same run on one device; for a resumed
 // run it is the uninterrupted run. Models are tiny (f32, 2 layers of width
 // 64) so each run takes about a second.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -25,6 +30,7 @@
 #include "common/temp_dir.h"
 #include "runtime/launcher.h"
 #include "train/checkpoint.h"
+#include "train/metrics.h"
 #include "train/train_state.h"
 
 namespace multislice {
@@ -120,6 +126,70 @@ double MaxRelativeDifference(const std::vector<float>& a,
     worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]) / scale);
   }
   return worst;
+}
+
+// Spawn with the soft limit `resource` at `bytes` and SIGXFSZ ignored in
+// the child: under RLIMIT_FSIZE a write past the limit fails with EFBIG, as
+// one on a full disk fails with ENOSPC; under RLIMIT_DATA an allocation past
+// it fails. Both are inherited through fork and exec, and this process has
+// its own back as soon as the child is forked.
+Child SpawnWithLimit(int resource, rlim_t bytes,
+                     const std::vector<std::string>& args,
+                     const std::vector<std::string>& env,
+                     const std::string& dir, const std::string& name) {
+  rlimit saved{};
+  ::getrlimit(resource, &saved);
+  struct sigaction ignore = {};
+  struct sigaction previous = {};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGXFSZ, &ignore, &previous);
+  const rlimit limited{bytes, saved.rlim_max};
+  ::setrlimit(resource, &limited);
+  Child child = Spawn(args, env, dir, name);
+  ::setrlimit(resource, &saved);
+  ::sigaction(SIGXFSZ, &previous, nullptr);
+  return child;
+}
+
+// WaitExit that also returns the resources of the child and of the
+// descendants it waited for (ru_maxrss: the largest peak RSS among them).
+int WaitExitWithUsage(const Child& c, double seconds, rusage* usage) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    int status = 0;
+    if (::wait4(c.pid, &status, WNOHANG, usage) == c.pid) {
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    if (Clock::now() > deadline) {
+      ::kill(-c.pid, SIGKILL);
+      ::waitpid(c.pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// The step of the last record in RUN_DIR/metrics.jsonl, or -1.
+int64_t LastMetricsStep(const std::string& run_dir) {
+  auto records = train::MetricsWriter::ReadAll(run_dir + "/metrics.jsonl");
+  if (!records.ok() || records->empty()) return -1;
+  return records->back().value("step", int64_t{-1});
+}
+
+size_t Count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos;
+       at = text.find(what, at + what.size())) {
+    ++n;
+  }
+  return n;
+}
+
+std::vector<int64_t> CompleteSteps(const std::string& run_dir) {
+  CheckpointOptions options;
+  options.directory = run_dir + "/checkpoints";
+  auto steps = CheckpointManager(options).CompleteSteps();
+  return steps.ok() ? *steps : std::vector<int64_t>{-1};
 }
 
 train::FullState LoadState(const std::string& run_dir, int64_t step) {
@@ -421,6 +491,185 @@ TEST_F(TrainCommandTest, CorruptCheckpointFallsBackToThePreviousStep) {
       << truncated_err;
   EXPECT_NE(ReadFile(truncated.out).find("\"restored_step\":10"),
             std::string::npos);
+}
+
+// A full disk at the third save (step 15; steps 5 and 10 are on disk, as a
+// run that stopped after step 10 leaves them): host0.bin (1 MiB) runs into a
+// 256 KiB file size limit. The background save's failure is noticed at the
+// next step boundary (step 16, not at the next save), the run ends with exit
+// code 1 and one sentence naming the file, strerror's text and step 10, no
+// trace of step 15 is left, and the same command without the fault resumes
+// from step 10 with the uninterrupted run's losses, bit for bit.
+TEST_F(TrainCommandTest, FailedSaveStopsAtTheNextStepAndResumesFromTheLast) {
+  const std::vector<std::string> args = {"steps=24", "checkpoint_period=5",
+                                         "per_device_batch_size=4",
+                                         "max_num_checkpoints_to_keep=5"};
+  auto named = [&](const std::string& run) {
+    std::vector<std::string> a = args;
+    a.push_back("run_name=" + run);
+    return a;
+  };
+  const std::vector<double> uninterrupted = Losses(Train(named("a"), "a"));
+  ASSERT_EQ(uninterrupted.size(), 24u);
+  fs::copy(RunDir("a"), RunDir("b"), fs::copy_options::recursive);
+  for (const char* step : {"15", "20", "24"}) {
+    fs::remove_all(RunDir("b") + "/checkpoints/" + step);
+  }
+  fs::remove(RunDir("b") + "/metrics.jsonl");
+
+  // The step delay gives the writer time to fail before step 16 begins.
+  Child full = SpawnWithLimit(RLIMIT_FSIZE, 256 << 10, Args(named("b")),
+                              {"MULTISLICE_TEST_STEP_DELAY_MS=200"},
+                              dir_.path(), "b-full");
+  EXPECT_EQ(WaitExit(full, 240), 1);
+  const std::string err = ReadFile(full.err);
+  const std::string sentence =
+      "multislice train: checkpoint of step 15 failed: " + RunDir("b") +
+      "/checkpoints/15.tmp/host0.bin: write failed: File too large; the last "
+      "good checkpoint is step 10\n";
+  EXPECT_NE(err.find(sentence), std::string::npos) << err;
+  EXPECT_EQ(Count(err, "checkpoint of step 15 failed"), 1u) << err;
+  std::cout << "stderr of the run on the full disk:\n" << err << std::flush;
+  EXPECT_EQ(LastMetricsStep(RunDir("b")), 15) << "stopped at step 16";
+  EXPECT_FALSE(fs::exists(RunDir("b") + "/checkpoints/15.tmp"));
+  EXPECT_FALSE(fs::exists(RunDir("b") + "/checkpoints/15"));
+  EXPECT_EQ(CompleteSteps(RunDir("b")), (std::vector<int64_t>{5, 10}));
+
+  nlohmann::json resumed = Train(named("b"), "b-second");
+  EXPECT_EQ(resumed.value("restored_step", int64_t{-1}), 10);
+  const std::vector<double> losses = Losses(resumed);
+  ASSERT_EQ(losses.size(), 14u);
+  for (size_t i = 0; i < losses.size(); ++i) {
+    EXPECT_EQ(losses[i], uninterrupted[10 + i]) << "step " << 11 + i;
+  }
+}
+
+// metrics.jsonl on a full disk (/dev/full: every write is ENOSPC): the run
+// ends with exit code 1 and one sentence instead of losing the record, and
+// the step whose record was lost is not committed as a checkpoint, so the
+// rerun on a disk with room trains and logs it.
+TEST_F(TrainCommandTest, MetricsWriteFailureStopsTheRun) {
+  const std::vector<std::string> args = {"run_name=m",
+                                         "steps=4",
+                                         "checkpoint_period=1",
+                                         "--num_slices",
+                                         "1",
+                                         "dcn_data_parallelism=1",
+                                         "per_device_batch_size=4",
+                                         "--accelerator_type",
+                                         "cpu-1"};
+  fs::create_directories(RunDir("m"));
+  fs::create_symlink("/dev/full", RunDir("m") + "/metrics.jsonl");
+  Child full = Spawn(Args(args), {}, dir_.path(), "m-full");
+  EXPECT_EQ(WaitExit(full, 240), 1);
+  const std::string err = ReadFile(full.err);
+  EXPECT_NE(err.find("multislice train: the metrics record of step 1 could "
+                     "not be written: cannot write " +
+                     RunDir("m") +
+                     "/metrics.jsonl: No space left on device; there is no "
+                     "complete checkpoint yet\n"),
+            std::string::npos)
+      << err;
+  std::cout << "stderr of the run on the full disk:\n" << err << std::flush;
+  EXPECT_EQ(CompleteSteps(RunDir("m")), std::vector<int64_t>{});
+
+  fs::remove(RunDir("m") + "/metrics.jsonl");
+  nlohmann::json rerun = Train(args, "m-rerun");
+  EXPECT_EQ(rerun.value("restored_step", int64_t{0}), -1);
+  auto records = train::MetricsWriter::ReadAll(RunDir("m") + "/metrics.jsonl");
+  ASSERT_TRUE(records.ok());
+  ASSERT_EQ(records->size(), 4u);
+  EXPECT_EQ(records->front().value("step", 0), 1);
+}
+
+// A configuration that does not fit in the memory available (here set with
+// MULTISLICE_MEMORY_LIMIT_BYTES) is refused before any worker starts: one
+// line with the estimate, its terms and the memory available; exit code 2.
+TEST_F(TrainCommandTest, ConfigThatDoesNotFitInMemoryIsRefused) {
+  Child c =
+      Spawn(Args({"run_name=big", "per_device_batch_size=64"}),
+            {"MULTISLICE_MEMORY_LIMIT_BYTES=100000000"}, dir_.path(), "big");
+  EXPECT_EQ(WaitExit(c, 60), 2);
+  const std::string err = ReadFile(c.err);
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_EQ(err.rfind("multislice train: this configuration needs about ", 0),
+            0u)
+      << err;
+  for (const char* part :
+       {"for its 2 local slices", "weights and optimizer ", "activations ",
+        " for 1 device x batch 64", "checkpoint staging ",
+        "; this machine has 95 MiB available (MULTISLICE_MEMORY_LIMIT_BYTES); "
+        "lower per_device_batch_size or max_target_length"}) {
+    EXPECT_NE(err.find(part), std::string::npos) << part << "\n" << err;
+  }
+  std::cout << err << std::flush;
+  EXPECT_FALSE(fs::exists(RunDir("big") + "/config.json"));
+}
+
+// An allocation that fails during training (the check passed: the memory
+// limit is set far above what the host has, and the process may hold only
+// 8 GiB of data; the 32 GiB logits of 4096 x 32 tokens x a 65536-entry
+// vocabulary fail at once, before any of them is touched) ends the run with
+// one sentence about memory and exit code 1, not a raw std::bad_alloc.
+TEST_F(TrainCommandTest, OutOfMemoryDuringTrainingIsOneSentence) {
+  Child c = SpawnWithLimit(
+      RLIMIT_DATA, rlim_t{8} << 30,
+      Args({"run_name=oom", "steps=2", "per_device_batch_size=4096",
+            "emb_dim=16", "num_heads=2", "num_decoder_layers=1", "mlp_dim=32",
+            "vocab_size=65536", "dcn_data_parallelism=1", "--num_slices", "1",
+            "--accelerator_type", "cpu-1"}),
+      {"MULTISLICE_MEMORY_LIMIT_BYTES=1000000000000000"}, dir_.path(), "oom");
+  EXPECT_EQ(WaitExit(c, 120), 1);
+  const std::string err = ReadFile(c.err);
+  EXPECT_NE(err.find("multislice train: out of memory at step 1 (an "
+                     "allocation failed); this configuration needs about "),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("lower per_device_batch_size or max_target_length, or "
+                     "free memory on the host\n"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("bad_alloc"), std::string::npos) << err;
+  std::cout << err << std::flush;
+}
+
+// The estimate is honest: within [0.5x, 2x] of the peak RSS of real runs,
+// one f32 device and two bf16 devices with fsdp (the launcher's and the
+// worker's largest peak, from wait4).
+TEST_F(TrainCommandTest, MemoryEstimateMatchesPeakRss) {
+  const std::vector<std::string> common = {"steps=2",
+                                           "checkpoint_period=1",
+                                           "eval_batches=1",
+                                           "max_target_length=128",
+                                           "emb_dim=128",
+                                           "mlp_dim=512",
+                                           "dcn_data_parallelism=1",
+                                           "--num_slices",
+                                           "1"};
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"rss-f32", {"per_device_batch_size=32", "--accelerator_type", "cpu-1"}},
+      {"rss-bf16-fsdp2",
+       {"dtype=bf16", "per_device_batch_size=16", "ici_fsdp_parallelism=2",
+        "--accelerator_type", "cpu-2"}}};
+  for (const auto& [name, extra] : cases) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.push_back("run_name=" + name);
+    Child c = Spawn(Args(args), {}, dir_.path(), name);
+    rusage usage{};
+    ASSERT_EQ(WaitExitWithUsage(c, 240, &usage), 0) << ReadFile(c.err);
+    const nlohmann::json summary =
+        nlohmann::json::parse(testing_util::LastJsonLine(ReadFile(c.out)));
+    const double estimate = summary.value("memory_estimate_bytes", 0.0);
+    const double measured = static_cast<double>(usage.ru_maxrss) * 1024;
+    const double ratio = estimate / measured;
+    std::cout << name << ": estimate " << estimate / (1 << 20)
+              << " MiB, peak RSS " << measured / (1 << 20) << " MiB, ratio "
+              << ratio << std::endl;
+    RecordProperty(name + "_estimate_over_rss", std::to_string(ratio));
+    EXPECT_GE(ratio, 0.5) << name;
+    EXPECT_LE(ratio, 2.0) << name;
+  }
 }
 
 // Bad configs end in one line on stderr and exit code 2, before any worker.

@@ -339,16 +339,34 @@ Status CheckpointManager::Save(int64_t step, std::vector<Blob> blobs,
   // Alone, a bad save simply fails. With peers, it still runs the barriers
   // (writing nothing) so that the peers fail instead of hanging.
   if (!job.invalid.ok() && !options_.barrier) return job.invalid;
-  if (!options_.async) return RunSave(job);
-  Status previous = Wait();
   const Status invalid = job.invalid;
+  Status outcome = Enqueue(std::move(job));
+  if (options_.async && !invalid.ok()) return invalid;
+  return outcome;
+}
+
+Status CheckpointManager::Abstain(int64_t step, Status reason) {
+  RETURN_IF_ERROR(ValidateOptions(step));
+  if (!options_.barrier) return OkStatus();  // no peer waits for this save
+  if (reason.ok()) reason = Aborted("this host abstains");
+  Status outcome = Enqueue(SaveJob{step, {}, {}, std::move(reason)});
+  // Sync: the outcome is the abstention itself. Async: the previous save's.
+  return options_.async ? outcome : OkStatus();
+}
+
+// Sync: runs `job` now and returns its outcome. Async: waits for the
+// previous save (at most one in flight), queues `job` and returns the
+// previous save's outcome.
+Status CheckpointManager::Enqueue(SaveJob job) {
+  if (!options_.async) return RunSaveCatching(job);
+  Status previous = Wait();
+  const int64_t step = job.step;
   {
     std::lock_guard<std::mutex> lock(mu_);
     queued_ = std::move(job);
     in_flight_ = true;
   }
   cv_.notify_all();
-  if (!invalid.ok()) return invalid;
   return previous.WithContext("the previous checkpoint save failed (step " +
                               std::to_string(step) + " was queued anyway)");
 }
@@ -357,6 +375,13 @@ Status CheckpointManager::Wait() {
   if (!options_.async) return OkStatus();
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [this] { return !in_flight_; });
+  return std::exchange(last_async_status_, OkStatus());
+}
+
+Status CheckpointManager::Poll() {
+  if (!options_.async) return OkStatus();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (in_flight_) return OkStatus();
   return std::exchange(last_async_status_, OkStatus());
 }
 
@@ -372,7 +397,7 @@ void CheckpointManager::WriterLoop() {
     SaveJob job = std::move(*queued_);
     queued_.reset();
     lock.unlock();
-    Status status = RunSave(job);
+    Status status = RunSaveCatching(job);
     // Save already returned an invalid job's error; report it once.
     if (!job.invalid.ok()) status = OkStatus();
     job = SaveJob{};  // free the blobs before reporting completion
@@ -388,6 +413,21 @@ Status CheckpointManager::CallBarrier(const char* phase) const {
   return options_.barrier().WithContext(std::string("barrier ") + phase);
 }
 
+// A writer thread must not die of an exception (std::terminate would take
+// the training with it without a word): an allocation or a thread that
+// cannot be had fails the save like a full disk.
+Status CheckpointManager::RunSaveCatching(const SaveJob& job) {
+  const std::string context =
+      "checkpoint of step " + std::to_string(job.step) + " failed";
+  try {
+    return RunSave(job);
+  } catch (const std::bad_alloc&) {
+    return Internal(context + ": out of memory in the checkpoint writer");
+  } catch (const std::system_error& e) {
+    return Internal(context + ": " + e.what());
+  }
+}
+
 Status CheckpointManager::RunSave(const SaveJob& job) {
   const auto start = std::chrono::steady_clock::now();
   const std::string& dir = options_.directory;
@@ -400,7 +440,8 @@ Status CheckpointManager::RunSave(const SaveJob& job) {
   // leftovers of an earlier, uncommitted attempt at this step.
   Status status = job.invalid;
   if (status.ok()) status = MakeDirectories(dir);
-  if (status.ok() && Exists(step_dir + "/" + kCommitMarker)) {
+  const bool was_complete = Exists(step_dir + "/" + kCommitMarker);
+  if (status.ok() && was_complete) {
     status = FailedPrecondition(step_dir + " is already a complete checkpoint");
   }
   if (status.ok() && leader) {
@@ -417,17 +458,19 @@ Status CheckpointManager::RunSave(const SaveJob& job) {
   barrier_status = CallBarrier("ckpt:write");
   if (status.ok()) status = barrier_status;
 
-  // Phase 3: the leader commits.
+  // Phase 3: the leader commits, or removes what the failed save left (the
+  // peers are past writing; a complete step from before is never touched).
   if (status.ok() && leader) {
     status = Commit(job.step);
     if (status.ok()) CollectGarbage(job.step);
   }
+  if (!status.ok() && leader && !was_complete) DiscardFailedStep(job.step);
   barrier_status = CallBarrier("ckpt:commit");
   if (status.ok()) status = barrier_status;
 
   if (!status.ok()) {
-    return status.WithContext("saving checkpoint step " +
-                              std::to_string(job.step));
+    return status.WithContext("checkpoint of step " + std::to_string(job.step) +
+                              " failed");
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
@@ -510,6 +553,18 @@ Status CheckpointManager::Commit(int64_t step) const {
                            {"format_version", kCheckpointFormatVersion}};
   // WriteFileAtomically fsyncs the step directory after the rename.
   return WriteFileAtomically(step_dir, kCommitMarker, marker.dump() + "\n");
+}
+
+void CheckpointManager::DiscardFailedStep(int64_t step) const {
+  // Best effort on a failing disk: whatever stays has no marker, so it is
+  // never restored, and the next successful save removes it.
+  const std::string step_dir = StepDir(options_.directory, step);
+  if (::unlink((step_dir + "/" + kCommitMarker).c_str()) == 0) {
+    (void)SyncDirectory(step_dir);
+  }
+  (void)RemoveAll(step_dir + kTmpSuffix);
+  (void)RemoveAll(step_dir);
+  (void)SyncDirectory(options_.directory);
 }
 
 void CheckpointManager::CollectGarbage(int64_t committed_step) const {

@@ -36,8 +36,13 @@
 //
 // A crash at any point before the COMMITTED rename leaves either a .tmp
 // directory or a step directory without COMMITTED: never restored, and
-// cleaned up by a later successful save. Only host 0 learns whether the
-// commit succeeded; other hosts see a write error of their own only.
+// cleaned up by a later successful save. A save that fails without a crash
+// (a full disk: ENOSPC, EIO, EFBIG) is cleaned up at once: after the write
+// barrier, host 0 removes DIR/<step>.tmp and DIR/<step> (COMMITTED first,
+// should the marker's rename have happened), so the directory holds the
+// complete steps before it and nothing that looks like this step. Only
+// host 0 learns whether the commit succeeded; other hosts see a write error
+// of their own only. Every file error names the path and strerror(errno).
 //
 // Thread-safety: a CheckpointManager may be used from one thread at a time;
 // with async saving it owns one background writer thread.
@@ -128,6 +133,19 @@ class CheckpointManager {
   // none). The status is reported once.
   Status Wait();
 
+  // Wait() without waiting: the status of the last save once it has ended
+  // (reported once, as by Wait), ok while it is still being written or when
+  // there is none. A training loop calls it at every step boundary, so that
+  // a background save that failed stops the run at the next step.
+  Status Poll();
+
+  // Takes part in save `step` without writing anything: the barriers run as
+  // in Save, so that no peer hangs, and the step is not committed (on host 0
+  // directly; on another host because host 0 finds its index missing). For
+  // a host whose state of that step must not become a checkpoint, e.g. one
+  // whose metrics of the step were lost. `reason` is not reported again.
+  Status Abstain(int64_t step, Status reason);
+
   // Steps with a COMMITTED marker, ascending. Empty if DIR does not exist.
   Result<std::vector<int64_t>> CompleteSteps() const;
   // The newest complete step, or NotFound.
@@ -157,16 +175,22 @@ class CheckpointManager {
     int64_t step;
     std::vector<Blob> blobs;
     nlohmann::json metadata;
-    // Not ok: the blobs were rejected; the save only runs the barriers.
+    // Not ok: the blobs were rejected (or the host abstains); the save only
+    // runs the barriers.
     Status invalid;
   };
 
   Status ValidateOptions(int64_t step) const;
   static Status ValidateBlobs(const std::vector<Blob>& blobs);
   Status RunSave(const SaveJob& job);
+  Status RunSaveCatching(const SaveJob& job);
   Status WriteHostFiles(const SaveJob& job, const std::string& tmp_dir,
                         uint64_t* bytes_written) const;
   Status Commit(int64_t step) const;
+  // Removes what a failed save of `step` left (leader only, after the write
+  // barrier): DIR/<step>.tmp and DIR/<step>, its marker first.
+  void DiscardFailedStep(int64_t step) const;
+  Status Enqueue(SaveJob job);
   void CollectGarbage(int64_t committed_step) const;
   Status CallBarrier(const char* phase) const;
   void WriterLoop();

@@ -570,6 +570,180 @@ TEST(CheckpointTest, ProcessKilledMidSaveLeavesThePreviousStep) {
   EXPECT_TRUE(warnings.empty());
 }
 
+// A full disk mid-run, in a child with a file size limit (EFBIG; ENOSPC on
+// a real full disk behaves the same): the async save of step 2 fails in the
+// writer; Poll reports it once, as soon as the writer is done (not only at
+// the next Save), with the step, the file and strerror's text; nothing of
+// step 2 is left, and step 1 restores intact.
+TEST(CheckpointTest, FailedAsyncSaveIsPolledAndLeavesNoTrace) {
+  TempDir tmp;
+  ASSERT_TRUE(tmp.ok());
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    CheckpointOptions options;
+    options.directory = tmp.path();
+    options.async = true;
+    CheckpointManager manager(options);
+    if (!manager.Save(1, StepBlobs(1, 0), {{"step", 1}}).ok()) ::_exit(2);
+    if (!manager.Wait().ok()) ::_exit(3);
+    rlimit limit{1 << 20, RLIM_INFINITY};
+    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) ::_exit(4);
+    std::vector<Blob> blobs;
+    blobs.push_back(MakeBlob("big", 4 << 20, 1));
+    if (!manager.Save(2, std::move(blobs), {}).ok()) ::_exit(5);
+    Status polled;
+    for (int i = 0; i < 6000 && polled.ok(); ++i) {
+      polled = manager.Poll();
+      if (polled.ok()) ::usleep(10000);
+    }
+    const std::string expected = "checkpoint of step 2 failed: " + tmp.path() +
+                                 "/2.tmp/host0.bin: write failed: File too "
+                                 "large";
+    if (polled.message() != expected) {
+      std::fprintf(stderr, "polled: '%s'\n", polled.message().c_str());
+      ::_exit(6);
+    }
+    ::_exit(manager.Poll().ok() && manager.Wait().ok() ? 0 : 7);
+  }
+  int wait_status = 0;
+  ASSERT_TRUE(ReapWithin(pid, 60000, &wait_status));
+  ASSERT_TRUE(WIFEXITED(wait_status));
+  EXPECT_EQ(WEXITSTATUS(wait_status), 0);
+  EXPECT_FALSE(fs::exists(tmp.path() + "/2.tmp"));
+  EXPECT_FALSE(fs::exists(tmp.path() + "/2"));
+  CheckpointManager reader(SyncOptions(tmp.path()));
+  Result<RestoredState> state = reader.RestoreLatest(0, nullptr);
+  ASSERT_TRUE(state.ok()) << state.status().message();
+  ExpectStepRestored(*state, 1, 0);
+}
+
+// Poll never blocks: ok while a save is being written.
+TEST(CheckpointTest, PollIsOkWhileASaveIsInFlight) {
+  TempDir tmp;
+  ASSERT_TRUE(tmp.ok());
+  CheckpointOptions options;
+  options.directory = tmp.path();
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  int calls = 0;
+  options.barrier = [&] {
+    if (++calls == 2) released.wait();  // hold the save in its write phase
+    return OkStatus();
+  };
+  CheckpointManager manager(options);
+  ASSERT_TRUE(manager.Save(1, StepBlobs(1, 0), {{"step", 1}}).ok());
+  EXPECT_TRUE(manager.Poll().ok());
+  release.set_value();
+  EXPECT_TRUE(manager.Wait().ok());
+  EXPECT_TRUE(fs::exists(tmp.path() + "/1/COMMITTED"));
+}
+
+// Hosts 0 and 1 write their files of step 2 and host 2 cannot (its blobs
+// are rejected): host 0 does not commit and removes the step's .tmp
+// directory with what the others wrote into it, and the complete step 1 is
+// untouched.
+TEST(CheckpointTest, FailedSaveOfAPeerIsCleanedUpByHostZero) {
+  TempDir tmp;
+  ASSERT_TRUE(tmp.ok());
+  constexpr int kHosts = 3;
+  std::barrier sync_point(kHosts);
+  std::vector<Status> results(kHosts);
+  std::vector<std::thread> hosts;
+  for (int host = 0; host < kHosts; ++host) {
+    hosts.emplace_back([&, host] {
+      CheckpointOptions options;
+      options.directory = tmp.path();
+      options.host = host;
+      options.host_count = kHosts;
+      options.async = false;
+      options.barrier = [&] {
+        sync_point.arrive_and_wait();
+        return OkStatus();
+      };
+      CheckpointManager manager(options);
+      results[host] = manager.Save(1, StepBlobs(1, host), {{"step", 1}});
+      if (!results[host].ok()) return;
+      std::vector<Blob> blobs = StepBlobs(2, host);
+      if (host == 2) blobs.push_back(blobs.front());  // a duplicate name
+      results[host] = manager.Save(2, std::move(blobs), {});
+    });
+  }
+  for (std::thread& t : hosts) t.join();
+  EXPECT_EQ(results[2].code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(results[1].ok()) << results[1].message();
+  EXPECT_NE(results[0].message().find("2.tmp/host2.json is missing"),
+            std::string::npos)
+      << results[0].message();
+  EXPECT_FALSE(fs::exists(tmp.path() + "/2.tmp"));
+  EXPECT_FALSE(fs::exists(tmp.path() + "/2"));
+  CheckpointManager reader(SyncOptions(tmp.path()));
+  Result<std::vector<int64_t>> steps = reader.CompleteSteps();
+  ASSERT_TRUE(steps.ok());
+  EXPECT_EQ(*steps, std::vector<int64_t>{1});
+  for (int host = 0; host < kHosts; ++host) {
+    Result<RestoredState> state = reader.Restore(1, host);
+    ASSERT_TRUE(state.ok()) << state.status().message();
+    ExpectStepRestored(*state, 1, host);
+  }
+}
+
+// A host that abstains from a save keeps the step from committing without
+// a hang, whichever host it is (host 0 by not committing, host 1 by writing
+// no index), and gets no error of its own; host 0 alone learns of the
+// refused commit. The next save commits as usual. Host 0 saves inline,
+// host 1 in the background.
+TEST(CheckpointTest, AbstainingHostPreventsTheCommit) {
+  for (int abstainer : {0, 1}) {
+    TempDir tmp;
+    ASSERT_TRUE(tmp.ok());
+    constexpr int kHosts = 2;
+    std::barrier sync_point(kHosts);
+    std::vector<Status> first(kHosts), second(kHosts);
+    std::vector<std::thread> hosts;
+    for (int host = 0; host < kHosts; ++host) {
+      hosts.emplace_back([&, host] {
+        CheckpointOptions options;
+        options.directory = tmp.path();
+        options.host = host;
+        options.host_count = kHosts;
+        options.async = host == 1;
+        options.barrier = [&] {
+          sync_point.arrive_and_wait();
+          return OkStatus();
+        };
+        CheckpointManager manager(options);
+        first[host] = host == abstainer
+                          ? manager.Abstain(1, Internal("metrics lost"))
+                          : manager.Save(1, StepBlobs(1, host), {{"step", 1}});
+        if (first[host].ok()) first[host] = manager.Wait();
+        second[host] = manager.Save(2, StepBlobs(2, host), {{"step", 2}});
+        if (second[host].ok()) second[host] = manager.Wait();
+      });
+    }
+    for (std::thread& t : hosts) t.join();
+    const std::string at = "abstainer " + std::to_string(abstainer);
+    EXPECT_TRUE(first[abstainer].ok()) << at << first[abstainer].message();
+    if (abstainer == 1) {
+      EXPECT_NE(first[0].message().find("1.tmp/host1.json is missing"),
+                std::string::npos)
+          << at << first[0].message();
+    } else {
+      EXPECT_TRUE(first[1].ok()) << at << first[1].message();
+    }
+    for (int host = 0; host < kHosts; ++host) {
+      EXPECT_TRUE(second[host].ok()) << at << second[host].message();
+    }
+    EXPECT_FALSE(fs::exists(tmp.path() + "/1.tmp")) << at;
+    EXPECT_FALSE(fs::exists(tmp.path() + "/1")) << at;
+    CheckpointManager reader(SyncOptions(tmp.path()));
+    Result<std::vector<int64_t>> steps = reader.CompleteSteps();
+    ASSERT_TRUE(steps.ok());
+    EXPECT_EQ(*steps, std::vector<int64_t>{2}) << at;
+  }
+}
+
 TEST(CheckpointTest, SyncSaveThroughput256MiB) {
   TempDir tmp;
   ASSERT_TRUE(tmp.ok());

@@ -119,9 +119,12 @@ Status WriteFileAtomically(const std::string& path, const uint8_t* header,
   if (dir.empty()) dir = ".";
   int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd < 0) return Internal(dir + ": cannot open: " + ErrnoText());
-  int rc = ::fsync(dir_fd);
+  // The error text before close(), which may change errno.
+  const std::string fsync_error = ::fsync(dir_fd) != 0 ? ErrnoText() : "";
   ::close(dir_fd);
-  if (rc != 0) return Internal(dir + ": fsync failed: " + ErrnoText());
+  if (!fsync_error.empty()) {
+    return Internal(dir + ": fsync failed: " + fsync_error);
+  }
   return OkStatus();
 }
 

@@ -22,18 +22,33 @@ std::string ErrnoText(const std::string& what, const std::string& path) {
   return what + " " + path + ": " + std::strerror(errno);
 }
 
-// Writes all of `data` to `fd`, retrying on EINTR and short writes.
-Status WriteFully(int fd, const std::string& data, const std::string& path) {
+// Writes all of `data` to `fd`, retrying on EINTR and short writes; the
+// bytes that did land go to `*written` when it is not null.
+Status WriteFully(int fd, const std::string& data, const std::string& path,
+                  size_t* written = nullptr) {
   size_t done = 0;
+  Status status;
   while (done < data.size()) {
     ssize_t n = ::write(fd, data.data() + done, data.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Internal(ErrnoText("cannot write", path));
+      status = Internal(ErrnoText("cannot write", path));
+      break;
     }
     done += static_cast<size_t>(n);
   }
-  return OkStatus();
+  if (written != nullptr) *written = done;
+  return status;
+}
+
+// Removes the last `bytes` of `fd`'s file: the part of a record a failed
+// write left. Best effort (the caller reports the write's own error; a
+// partial line that stays is cut by the next Open).
+void CutTail(int fd, size_t bytes) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return;
+  const off_t size = st.st_size - static_cast<off_t>(bytes);
+  if (size >= 0) (void)::ftruncate(fd, size);
 }
 
 // Returns the size `fd`'s file must be cut to so that it ends at a '\n'
@@ -112,12 +127,25 @@ Status MetricsWriter::Write(const nlohmann::json& record) {
   // One write(2) on an O_APPEND file: the line lands whole or, if killed
   // mid-call, as a partial tail that Open repairs. A short write is only
   // possible on a full disk; finishing it keeps the file line-aligned.
-  return WriteFully(fd_, line, path_);
+  size_t written = 0;
+  Status status = WriteFully(fd_, line, path_, &written);
+  if (!status.ok() && written > 0) CutTail(fd_, written);
+  return status;
+}
+
+Status MetricsWriter::Sync() {
+  if (fd_ < 0) return FailedPrecondition("metrics writer is closed");
+  if (::fdatasync(fd_) != 0) return Internal(ErrnoText("cannot sync", path_));
+  return OkStatus();
 }
 
 Result<std::vector<nlohmann::json>> MetricsWriter::ReadAll(
     const std::string& path, int64_t* skipped_partial_lines) {
   if (skipped_partial_lines != nullptr) *skipped_partial_lines = 0;
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    return InvalidArgument("metrics file " + path + " is not a regular file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound("cannot open metrics file " + path);
   std::stringstream buffer;
@@ -311,6 +339,23 @@ bool Finite(const std::pair<double, double>& p) {
   return std::isfinite(p.first) && std::isfinite(p.second);
 }
 
+// fsync of the directory holding `path`, so that a rename into it is
+// durable.
+Status SyncParentDirectory(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Internal(ErrnoText("cannot open directory", dir));
+  Status status;
+  if (::fsync(fd) != 0) status = Internal(ErrnoText("cannot fsync", dir));
+  ::close(fd);
+  return status;
+}
+
+}  // namespace
+
 Status WriteFileAtomically(const std::string& path, const std::string& data) {
   const std::string temp_path =
       path + ".tmp." + std::to_string(static_cast<long long>(::getpid()));
@@ -327,11 +372,12 @@ Status WriteFileAtomically(const std::string& path, const std::string& data) {
   if (status.ok() && ::rename(temp_path.c_str(), path.c_str()) != 0) {
     status = Internal(ErrnoText("cannot rename " + temp_path + " to", path));
   }
-  if (!status.ok()) ::unlink(temp_path.c_str());
-  return status;
+  if (!status.ok()) {
+    ::unlink(temp_path.c_str());
+    return status;
+  }
+  return SyncParentDirectory(path);
 }
-
-}  // namespace
 
 Status WriteLossPlotSvg(
     const std::string& path,

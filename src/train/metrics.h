@@ -9,6 +9,11 @@
 // "format_version" only if the caller puts it in a record; readers need
 // nothing but one object per line.
 //
+// A record that cannot be written (a full disk: ENOSPC, EFBIG, EIO) is an
+// error naming the file and strerror(errno), never dropped quietly; the
+// bytes of the failed record are cut off again, so the file stays whole
+// lines. Sync() makes the records durable and reports a failed write-back.
+//
 // Not thread-safe: one MetricsWriter per file, used from one thread.
 #pragma once
 
@@ -44,7 +49,13 @@ class MetricsWriter {
   // write(2); the bytes are in the kernel when this returns ok, so they
   // survive a kill of this process (not a machine crash: no fsync).
   // Non-finite numbers are written as null, as nlohmann::json does.
+  // On failure the file is cut back to where this record began (when the
+  // file allows it), so that it still ends in '\n'.
   Status Write(const nlohmann::json& record);
+
+  // fdatasync: the records written so far survive a machine crash. An error
+  // here (EIO, ENOSPC at write-back) means records may be lost.
+  Status Sync();
 
   const std::string& path() const { return path_; }
   // Bytes of a partial trailing line removed by Open.
@@ -54,7 +65,7 @@ class MetricsWriter {
   // without '\n' is from a killed writer: it is skipped and counted in
   // `*skipped_partial_lines` (0 or 1) when that is not null. A complete line
   // that is not a JSON object is an error naming its line number. Blank
-  // lines are ignored.
+  // lines are ignored. A path that is not a regular file is an error.
   static Result<std::vector<nlohmann::json>> ReadAll(
       const std::string& path, int64_t* skipped_partial_lines = nullptr);
 
@@ -81,6 +92,13 @@ std::string ProgressBar(int64_t step, int64_t total, double elapsed_seconds,
 // Formats seconds as "45s", "1m03s" or "2h05m07s" (rounded to the nearest
 // second; negative or non-finite values as "--").
 std::string FormatDuration(double seconds);
+
+// Writes `contents` to `path` through a temporary file in the same
+// directory that is fsynced and renamed over it, so readers see the old file
+// or the new one (config.json, loss.svg). Errors name the file and
+// strerror(errno); the temporary file is removed.
+Status WriteFileAtomically(const std::string& path,
+                           const std::string& contents);
 
 // Writes a self-contained SVG line chart of loss against step to `path`:
 // axes with tick labels, the train series (blue) and validation series

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -298,6 +299,90 @@ TEST(LossPlotTest, EmptyAndDegenerateSeries) {
     EXPECT_LE(c, 720);
   }
   ExpectNoTempFiles(dir.path());
+}
+
+// A full disk: metrics.jsonl on /dev/full (every write is ENOSPC). The
+// failed record is an error naming the file and strerror's text.
+TEST(MetricsWriterTest, WriteOnAFullDiskIsAnError) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  std::filesystem::create_symlink("/dev/full",
+                                  dir.path() + "/" + kMetricsFileName);
+  Result<MetricsWriter> writer = MetricsWriter::Open(dir.path());
+  ASSERT_TRUE(writer.ok()) << writer.status().message();
+  const Status s = writer->Write({{"step", 1}, {"loss", 2.5}});
+  EXPECT_EQ(s.message(), "cannot write " + dir.path() +
+                             "/metrics.jsonl: No space left on device");
+  // Reading it back refuses a device instead of reading zeros forever.
+  EXPECT_FALSE(MetricsWriter::ReadAll(writer->path()).ok());
+}
+
+// The disk fills up in the middle of a record (a file size limit, set in a
+// child): the record's partial bytes are cut off again, so the file holds
+// exactly the records that were written, whole, and the error says why.
+TEST(MetricsWriterTest, RecordCutShortIsRemoved) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string path = dir.path() + "/" + kMetricsFileName;
+  const std::string padding(300, 'x');
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    rlimit limit{4096, RLIM_INFINITY};
+    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) ::_exit(2);
+    Result<MetricsWriter> writer = MetricsWriter::Open(dir.path());
+    if (!writer.ok()) ::_exit(3);
+    for (int step = 1; step <= 100; ++step) {
+      Status s = writer->Write({{"step", step}, {"pad", padding}});
+      if (!s.ok()) {
+        const bool named =
+            s.message() == "cannot write " + path + ": File too large";
+        ::_exit(named && step > 1 ? 10 + step : 4);
+      }
+    }
+    ::_exit(5);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  const int failed_step = WEXITSTATUS(status) - 10;
+  ASSERT_GT(failed_step, 1) << "exit " << WEXITSTATUS(status);
+  const std::string text = ReadFile(path);
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(text.back(), '\n');
+  int64_t partial = -1;
+  Result<std::vector<json>> records = MetricsWriter::ReadAll(path, &partial);
+  ASSERT_TRUE(records.ok());
+  EXPECT_EQ(partial, 0);
+  EXPECT_EQ(static_cast<int>(records->size()), failed_step - 1);
+  EXPECT_TRUE(MetricsWriter::Open(dir.path()).ok());
+}
+
+TEST(MetricsWriterTest, SyncMakesRecordsDurable) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  Result<MetricsWriter> writer = MetricsWriter::Open(dir.path());
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE(writer->Write({{"step", 1}}).ok());
+  EXPECT_TRUE(writer->Sync().ok());
+}
+
+TEST(WriteFileAtomicallyTest, ReplacesTheFileOrNamesTheError) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string path = dir.path() + "/config.json";
+  ASSERT_TRUE(WriteFileAtomically(path, "{\"a\": 1}\n").ok());
+  ASSERT_TRUE(WriteFileAtomically(path, "{\"a\": 2}\n").ok());
+  EXPECT_EQ(ReadFile(path), "{\"a\": 2}\n");
+  ExpectNoTempFiles(dir.path());
+  const Status s = WriteFileAtomically(dir.path() + "/none/config.json", "x");
+  EXPECT_EQ(s.message().rfind(
+                "cannot create " + dir.path() + "/none/config.json.tmp.", 0),
+            0u)
+      << s.message();
+  EXPECT_NE(s.message().find(": No such file or directory"), std::string::npos)
+      << s.message();
 }
 
 TEST(LossPlotTest, FailsWithoutLeavingTempFile) {

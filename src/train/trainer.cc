@@ -11,9 +11,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <thread>
 
 #include "compute/adamw.h"
@@ -34,17 +35,6 @@ using runtime::DType;
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-model::gpt::GptConfig ModelConfig(const TrainConfig& c) {
-  model::gpt::GptConfig m;
-  m.vocab_size = c.vocab_size;
-  m.max_seq_len = c.max_target_length;
-  m.emb_dim = c.emb_dim;
-  m.num_heads = c.num_heads;
-  m.num_layers = c.num_decoder_layers;
-  m.mlp_dim = c.mlp_dim;
-  return m;
 }
 
 // Where this worker keeps its in-memory replica: MULTISLICE_HOST_MEMORY_DIR
@@ -130,10 +120,12 @@ class Reporter {
     return OkStatus();
   }
 
-  void Step(int64_t step, int64_t first_step, double loss, double lr,
-            double norm, double seconds, double tokens_per_step,
-            std::optional<double> val_loss, TrainSummary* summary) {
-    const TrainConfig& c = options_.config;
+  // Records step `step` (metrics.jsonl, the plot's points, the summary) and
+  // prints its line. A metrics record that could not be written is the
+  // error returned (the rest is done all the same).
+  Status Step(int64_t step, int64_t first_step, double loss, double lr,
+              double norm, double seconds, double tokens_per_step,
+              std::optional<double> val_loss, TrainSummary* summary) {
     const double tflops = flops_per_step_ / seconds / 1e12;
     const double mfu =
         options_.peak_flops_per_device > 0
@@ -153,10 +145,11 @@ class Reporter {
                      .count()}};
     if (mfu > 0) record["mfu"] = mfu;
     if (val_loss) record["val_loss"] = *val_loss;
+    Status written;
     if (metrics_) {
-      if (Status s = metrics_->Write(record); !s.ok()) {
-        std::fprintf(stderr, "multislice train: %s\n", s.message().c_str());
-      }
+      written = metrics_->Write(record).WithContext(
+          "the metrics record of step " + std::to_string(step) +
+          " could not be written");
     }
     train_points_.emplace_back(step, loss);
     if (val_loss) val_points_.emplace_back(step, *val_loss);
@@ -178,7 +171,24 @@ class Reporter {
           Clock::now() - std::chrono::duration_cast<Clock::duration>(
                              std::chrono::duration<double>(seconds));
     }
-    if (options_.quiet) return;
+    if (!options_.quiet) {
+      Print(step, first_step, loss, lr, norm, seconds, tokens_per_step,
+            val_loss, tflops, mfu);
+    }
+    return written;
+  }
+
+  // Makes the records written so far durable (at checkpoints and at the
+  // end), so that a failed write-back is reported too.
+  Status SyncMetrics() {
+    if (!metrics_) return OkStatus();
+    return metrics_->Sync().WithContext("the metrics could not be saved");
+  }
+
+  void Print(int64_t step, int64_t first_step, double loss, double lr,
+             double norm, double seconds, double tokens_per_step,
+             std::optional<double> val_loss, double tflops, double mfu) {
+    const TrainConfig& c = options_.config;
     const bool log = step % c.log_period == 0 || step == c.steps || val_loss;
     std::string line;
     if (log) {
@@ -226,13 +236,17 @@ class Reporter {
     Status s =
         WriteLossPlotSvg(run_dir_ + "/loss.svg", train_points_, val_points_,
                          "multislice train: " + options_.config.run_name);
+    // The plot is redrawn from the points at the next evaluation: a failure
+    // costs no data, so it is a warning and training goes on.
     if (!s.ok()) {
-      std::fprintf(stderr, "multislice train: %s\n", s.message().c_str());
+      std::fprintf(stderr, "multislice train: warning: %s\n",
+                   s.message().c_str());
     }
   }
 
   // Earlier attempts' points, so the plot shows the whole run.
   void LoadHistory(int64_t up_to_step) {
+    if (up_to_step < 1) return;
     auto records = MetricsWriter::ReadAll(run_dir_ + "/metrics.jsonl");
     if (!records.ok()) return;
     std::map<int64_t, double> train, val;
@@ -268,13 +282,76 @@ struct ProcessState {
   std::barrier<> barrier;
   std::vector<std::optional<StateShard>> shards;  // by local index
   std::mutex mu;
-  Status checkpoint_status;
+  // The first failure of this process that stops the job at the next step
+  // (see trainer.h), without the last good checkpoint, which is added when
+  // the run stops.
+  Status fault;
+  // The step device 0 is in, for the out-of-memory message.
+  std::atomic<int64_t> step{0};
+
+  void SetFault(const Status& s) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (fault.ok()) fault = s;
+  }
+  Status Fault() {
+    std::lock_guard<std::mutex> lock(mu);
+    return fault;
+  }
 };
+
+// "; the last good checkpoint is step 10" (after any save in flight).
+std::string LastGoodCheckpoint(const CheckpointManager& checkpoints) {
+  Result<int64_t> step = checkpoints.LatestCompleteStep();
+  if (!step.ok()) return "; there is no complete checkpoint yet";
+  return "; the last good checkpoint is step " + std::to_string(*step);
+}
+
+// What a device thread returns when the job stops for a process's failure
+// found at step `step`: that failure with the last good checkpoint, or, in
+// the processes that did not fail, kAborted.
+Status StopStatus(const Status& fault, int64_t step,
+                  const CheckpointManager& checkpoints) {
+  if (!fault.ok()) {
+    return Internal(fault.message() + LastGoodCheckpoint(checkpoints));
+  }
+  return Aborted("stopped at step " + std::to_string(step) +
+                 ": another worker of the job failed (its message says why)");
+}
+
+// Runs a device thread's training, turning an allocation that fails into
+// one sentence about memory instead of std::terminate.
+Status CatchOutOfMemory(const std::function<Status()>& train,
+                        const ProcessState& shared,
+                        const TrainerOptions& options) {
+  try {
+    return train();
+  } catch (const std::bad_alloc&) {
+    const int64_t step = shared.step.load();
+    return Internal(
+        "out of memory " +
+        (step > 0 ? "at step " + std::to_string(step) : "before training") +
+        " (an allocation failed)" +
+        (options.memory_note.empty() ? "" : "; " + options.memory_note) +
+        "; lower per_device_batch_size or max_target_length, or free memory "
+        "on the host");
+  }
+}
 
 }  // namespace
 
 std::string CheckpointDirectory(const TrainConfig& config) {
   return RunDirectory(config) + "/checkpoints";
+}
+
+model::gpt::GptConfig GptConfigOf(const TrainConfig& c) {
+  model::gpt::GptConfig m;
+  m.vocab_size = c.vocab_size;
+  m.max_seq_len = c.max_target_length;
+  m.emb_dim = c.emb_dim;
+  m.num_heads = c.num_heads;
+  m.num_layers = c.num_decoder_layers;
+  m.mlp_dim = c.mlp_dim;
+  return m;
 }
 
 double StepFlopsPerDevice(const TrainConfig& c) {
@@ -289,7 +366,7 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
                   TrainSummary* summary) {
   const Clock::time_point start = Clock::now();
   const TrainConfig& config = options.config;
-  const model::gpt::GptConfig model_config = ModelConfig(config);
+  const model::gpt::GptConfig model_config = GptConfigOf(config);
   RETURN_IF_ERROR(model::gpt::ValidateConfig(model_config));
   const int64_t N = model::gpt::NumParameters(model_config);
   const int num_devices = static_cast<int>(rt.devices().size());
@@ -390,15 +467,9 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
       return Internal(run_dir +
                       ": cannot create the run directory: " + ec.message());
     }
-    {
-      const std::string tmp = run_dir + "/config.json.tmp";
-      std::ofstream out(tmp);
-      out << ToJson(config).dump(2) << "\n";
-      out.close();
-      if (!out) return Internal(tmp + ": cannot write");
-      std::filesystem::rename(tmp, run_dir + "/config.json", ec);
-      if (ec) return Internal(run_dir + "/config.json: " + ec.message());
-    }
+    RETURN_IF_ERROR(WriteFileAtomically(run_dir + "/config.json",
+                                        ToJson(config).dump(2) + "\n")
+                        .WithContext("cannot write the run's config"));
     RETURN_IF_ERROR(reporter.Open(run_dir));
     if (!options.quiet) {
       std::printf(
@@ -441,7 +512,7 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
   const double tokens_per_step =
       static_cast<double>(global_rows) * config.max_target_length;
 
-  return rt.RunOnDevices([&](int local) -> Status {
+  auto train_on_device = [&](int local) -> Status {
     compute::SetSingleThreaded();
     runtime::DeviceCollectives& coll = rt.collectives(local);
     const int device_id = rt.local_devices()[local];
@@ -637,7 +708,11 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
                           .Wait());
       return static_cast<double>(mean);
     };
-    auto save = [&](int64_t step) -> Status {
+    // A save that fails, at once (sync) or later in the writer (async, see
+    // the poll below), is this process's fault: the job stops at the next
+    // step. A process with a fault already abstains, so that the step is
+    // not committed.
+    auto save = [&](int64_t step) {
       if (data->rank == 0) {
         shared.shards[local] = StateShard{begin, shard.data(), adam_m.data(),
                                           adam_v.data(), count};
@@ -652,20 +727,25 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
         IteratorState iterator = train_data.state();
         iterator.row_begin = rt.local_devices()[0] * B;
         iterator.rows = local_count * B;
-        Status s = checkpoints.Save(
-            step, ShardBlobs(mine),
-            StateMetadata(step, model_config, rt.mesh().axis_names,
-                          rt.mesh().shape, rt.env().num_slices, mine,
-                          iterator));
-        std::lock_guard<std::mutex> lock(shared.mu);
-        shared.checkpoint_status = s;
+        // The metrics up to this step durable before the step commits.
+        if (reporter_thread && shared.Fault().ok()) {
+          if (Status s = reporter.SyncMetrics(); !s.ok()) shared.SetFault(s);
+        }
+        const Status fault = shared.Fault();
+        Status s =
+            fault.ok()
+                ? checkpoints.Save(
+                      step, ShardBlobs(mine),
+                      StateMetadata(step, model_config, rt.mesh().axis_names,
+                                    rt.mesh().shape, rt.env().num_slices, mine,
+                                    iterator))
+                : checkpoints.Abstain(step, fault);
+        if (!s.ok()) shared.SetFault(s);
       }
       shared.barrier.arrive_and_wait();  // the copy is done: go on training
-      std::lock_guard<std::mutex> lock(shared.mu);
-      return shared.checkpoint_status;
     };
 
-    auto save_replica = [&](int64_t step) -> Status {
+    auto save_replica = [&](int64_t step) {
       shared.shards[local] =
           StateShard{begin, shard.data(), adam_m.data(), adam_v.data(), count};
       shared.barrier.arrive_and_wait();
@@ -682,12 +762,31 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
             step, ShardBlobs(all),
             StateMetadata(step, model_config, rt.mesh().axis_names,
                           rt.mesh().shape, rt.env().num_slices, all, iterator));
-        std::lock_guard<std::mutex> lock(shared.mu);
-        shared.checkpoint_status = s;
+        if (!s.ok()) shared.SetFault(s.WithContext("in-memory replica"));
       }
       shared.barrier.arrive_and_wait();
-      std::lock_guard<std::mutex> lock(shared.mu);
-      return shared.checkpoint_status;
+    };
+
+    // Device 0's share of the step's failure flag: a background save that
+    // has failed since the last step, or any other fault of this process.
+    auto fault_flag = [&]() -> float {
+      if (local != 0) return 0.0f;
+      if (Status s = checkpoints.Poll(); !s.ok()) shared.SetFault(s);
+      if (replicas) {
+        if (Status s = replicas->Poll(); !s.ok()) {
+          shared.SetFault(s.WithContext("in-memory replica"));
+        }
+      }
+      return shared.Fault().ok() ? 0.0f : 1.0f;
+    };
+    // Every device of the job gets here at the same step (the flag is in
+    // the step's all-reduce); a save still in flight may finish first.
+    auto stop = [&](int64_t step) -> Status {
+      if (local == 0) {
+        if (Status s = checkpoints.Wait(); !s.ok()) shared.SetFault(s);
+      }
+      shared.barrier.arrive_and_wait();
+      return StopStatus(shared.Fault(), step, checkpoints);
     };
 
     compute::AdamWOptions adam;
@@ -700,6 +799,7 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
 
     for (int64_t step = start_step + 1; step <= config.steps; ++step) {
       const Clock::time_point step_start = Clock::now();
+      if (local == 0) shared.step = step;
       const Batch batch = train_data.At(step - 1);
       RETURN_IF_ERROR(gather_weights());
       ASSIGN_OR_RETURN(float loss, gpt.Forward(weights, batch.inputs.data(),
@@ -719,11 +819,12 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
       // The mean loss and the squared norm of the summed gradient, in one
       // all-reduce (data replicas hold equal shards: each adds 1/data).
       const double sumsq = compute::SumOfSquares(gradient, count);
-      float stats[2] = {loss * inv_devices,
-                        static_cast<float>(sumsq / data_size)};
-      RETURN_IF_ERROR(coll.AllReduce(kAll, stats, stats, 2, DType::kF32,
+      float stats[3] = {loss * inv_devices,
+                        static_cast<float>(sumsq / data_size), fault_flag()};
+      RETURN_IF_ERROR(coll.AllReduce(kAll, stats, stats, 3, DType::kF32,
                                      comm::ReduceOp::kSum, "loss-and-norm")
                           .Wait());
+      if (stats[2] > 0) return stop(step);
       const double norm = std::sqrt(static_cast<double>(stats[1])) *
                           static_cast<double>(inv_devices);
       // The clipped mean gradient, scaled inside the AdamW pass.
@@ -754,24 +855,32 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
           summary->seconds_to_first_step = SecondsSince(start);
           reporter.LoadHistory(start_step);
         }
-        reporter.Step(step, start_step + 1, stats[0], lr, norm, seconds,
-                      tokens_per_step, val_loss, summary);
+        Status recorded =
+            reporter.Step(step, start_step + 1, stats[0], lr, norm, seconds,
+                          tokens_per_step, val_loss, summary);
+        if (!recorded.ok()) shared.SetFault(recorded);
         if (val_loss) reporter.Plot();
       }
       if (replicas && step % config.in_memory_replica_period == 0) {
-        RETURN_IF_ERROR(save_replica(step));
+        save_replica(step);
       }
       if (config.enable_checkpointing &&
           (step % config.checkpoint_period == 0 || step == config.steps)) {
-        RETURN_IF_ERROR(save(step));
+        save(step);
       }
       if (step_delay_ms > 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
       }
     }
     if (local == 0) {
-      Status s = checkpoints.Wait();
-      if (!s.ok()) return s;
+      // The last step's failures have no next step to stop at.
+      if (Status s = checkpoints.Wait(); !s.ok()) shared.SetFault(s);
+      if (reporter_thread && shared.Fault().ok()) {
+        if (Status s = reporter.SyncMetrics(); !s.ok()) shared.SetFault(s);
+      }
+      if (Status fault = shared.Fault(); !fault.ok()) {
+        return StopStatus(fault, config.steps, checkpoints);
+      }
       if (replicas) {
         // The run is complete and checkpointed: free the host memory.
         (void)replicas->Wait();
@@ -786,6 +895,10 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
     }
     if (reporter_thread) reporter.Plot();
     return OkStatus();
+  };
+  return rt.RunOnDevices([&](int local) {
+    return CatchOutOfMemory([&] { return train_on_device(local); }, shared,
+                            options);
   });
 }
 

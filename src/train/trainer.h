@@ -21,6 +21,17 @@
 // restores the newest readable one (resharding onto this mesh) and
 // continues with the batch that step would have seen next.
 //
+// Failures that must not go unnoticed (a checkpoint save that failed, in
+// the background or not; a metrics record that could not be written) stop
+// the whole job at the next step: every device adds its process's failure
+// flag to the step's loss-and-norm all-reduce, so all of them stop at the
+// same step, and the process that failed returns one sentence with the
+// path, strerror(errno) and the last good checkpoint; the others return
+// kAborted. A step whose metrics were lost is never committed as a
+// checkpoint (host 0 abstains from that save), so a rerun trains and logs
+// it again. A std::bad_alloc on a device thread becomes one sentence about
+// memory.
+//
 // RunTrainer runs in every worker process of the job; process 0 (slice 0
 // worker 0) prints, writes the run directory's config.json, metrics.jsonl
 // and loss.svg.
@@ -31,6 +42,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "model/gpt.h"
 #include "runtime/runtime.h"
 #include "train/config.h"
 
@@ -50,6 +62,10 @@ struct TrainerOptions {
   std::vector<std::string> notes;
   bool show_progress = false;  // a progress bar on stdout (a terminal)
   bool quiet = false;          // no per-step lines (tests)
+  // The memory estimate and what was available at start, in words ("this
+  // configuration needs about ...; the host had ... available"), for the
+  // message of an allocation that fails (train/memory.h).
+  std::string memory_note;
 };
 
 struct TrainSummary {
@@ -76,5 +92,8 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
 
 // The checkpoint directory of a run: RunDirectory(config) + "/checkpoints".
 std::string CheckpointDirectory(const TrainConfig& config);
+
+// The model a config describes.
+model::gpt::GptConfig GptConfigOf(const TrainConfig& config);
 
 }  // namespace multislice::train

@@ -1,0 +1,235 @@
+// The memory estimate of `multislice train` and the host's available memory;
+// see memory.h for the terms.
+#include "train/memory.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "compute/gpt_ops.h"
+#include "model/gpt.h"
+#include "train/trainer.h"
+
+namespace multislice::train {
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kF32 = 4, kBf16 = 2;
+// bench/peak.h's square matmul of the start-up measurement, and the f32
+// route's A panel (compute/cpu/gemm_routes.cc).
+constexpr uint64_t kPeakSide = 2048;
+constexpr uint64_t kWidenedPanelBytes = 8 * kMiB;
+
+// One device's activation bytes for B x T tokens (model/gpt.cc).
+uint64_t ActivationBytesPerDevice(const TrainConfig& c, bool via_f32) {
+  const bool bf16 = MatmulDType(c) == DType::kBF16;
+  const uint64_t B = c.per_device_batch_size, T = c.max_target_length;
+  const uint64_t C = c.emb_dim, H = c.mlp_dim, V = c.vocab_size;
+  const uint64_t L = c.num_decoder_layers, heads = c.num_heads;
+  const uint64_t n = B * T;  // tokens
+  const uint64_t widest = std::max({V, H, 3 * C});
+  // Per layer: ln1, qkv (3), atty, residual2, ln2, residual3 [n, C], four
+  // row statistics, the softmax, fch and (f32 matmuls) its GELU; bf16
+  // matmuls keep bf16 copies of ln1, qkv, atty, ln2 and the GELU instead.
+  const uint64_t layer =
+      kF32 * (8 * n * C + 4 * n + n * heads * T + n * H * (bf16 ? 1 : 2)) +
+      (bf16 ? kBf16 * (6 * n * C + n * H) : 0);
+  // One layer's gradients, reused by every layer.
+  const uint64_t gradients = kF32 * (8 * n * C + 4 * n + n * H);
+  // The residual stream, final LayerNorm and their gradients; logits,
+  // probabilities and their gradient; the attention scratch.
+  const uint64_t head =
+      kF32 * (4 * n * C + 3 * n * V + 4 * n +
+              static_cast<uint64_t>(compute::gpt::AttentionScratchSize(
+                  c.per_device_batch_size, c.max_target_length, c.emb_dim,
+                  MatmulDType(c))));
+  // bf16: lnf's copy, an output gradient's copy and the matmul scratch of
+  // the operands rounded on the fly.
+  const uint64_t rounded = bf16 ? kBf16 * (n * C + 3 * n * widest) : 0;
+  // The model's and the batch's tokens and targets (int32).
+  const uint64_t tokens = 4 * n * 4;
+  const uint64_t widened =
+      bf16 && via_f32 ? kF32 * n * std::max(H, 3 * C) + kWidenedPanelBytes : 0;
+  return L * layer + gradients + head + rounded + tokens + widened;
+}
+
+uint64_t WeightBytesPerDevice(const TrainConfig& c, uint64_t N, int fsdp) {
+  const uint64_t shard = (N + fsdp - 1) / fsdp;
+  uint64_t bytes = kF32 * (3 * shard + N);    // weights, m, v; the gradient
+  if (fsdp > 1) bytes += kF32 * (N + shard);  // gathered; gradient shard
+  if (MatmulDType(c) == DType::kBF16) bytes += kBf16 * N;
+  return bytes;
+}
+
+uint64_t StagingBytes(const TrainConfig& c, uint64_t N, const WorkerShape& s) {
+  const uint64_t shard_state = 3 * kF32 * ((N + s.fsdp - 1) / s.fsdp);
+  uint64_t bytes = 0;
+  if (c.enable_checkpointing) {
+    const uint64_t shards = std::min(s.local_devices, s.fsdp);
+    bytes += shards * shard_state * (c.async_checkpointing ? 2 : 1);
+  }
+  if (c.enable_in_memory_recovery) {
+    // Two copies in flight and two steps of files in /dev/shm.
+    bytes += 4 * static_cast<uint64_t>(s.local_devices) * shard_state;
+  }
+  return bytes;
+}
+
+uint64_t StartupPeakBytes(const TrainConfig& c, const WorkerShape& s) {
+  const uint64_t square = kPeakSide * kPeakSide;
+  const bool bf16 = MatmulDType(c) == DType::kBF16;
+  uint64_t bytes = square * (bf16 ? 2 * kBf16 + kF32 : 3 * kF32);
+  if (bf16 && s.bf16_via_f32) bytes += square * kF32 + kWidenedPanelBytes;
+  return bytes * static_cast<uint64_t>(s.local_devices);
+}
+
+Result<uint64_t> ParseBytes(const std::string& text, const std::string& what) {
+  char* end = nullptr;
+  const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
+  if (text.empty() || text[0] == '-' || *end != '\0' || value == 0) {
+    return InvalidArgument(what + ": '" + text +
+                           "' is not a positive number of bytes");
+  }
+  return static_cast<uint64_t>(value);
+}
+
+std::optional<std::string> ReadFirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) return std::nullopt;
+  return line;
+}
+
+// MemAvailable of /proc/meminfo, in bytes.
+std::optional<uint64_t> MemAvailable(const std::string& meminfo) {
+  std::ifstream in(meminfo);
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return std::nullopt;
+}
+
+// The least memory.max - memory.current of this process's cgroup and its
+// ancestors up to the root, or nullopt without a limit.
+std::optional<uint64_t> CgroupHeadroom(const MemorySources& s) {
+  std::optional<std::string> line = ReadFirstLine(s.self_cgroup);
+  std::string path = line && line->rfind("0::", 0) == 0 ? line->substr(3) : "";
+  std::optional<uint64_t> least;
+  while (true) {
+    const std::string dir = s.cgroup_root + (path == "/" ? "" : path);
+    std::optional<std::string> max = ReadFirstLine(dir + "/memory.max");
+    if (max && *max != "max") {
+      const uint64_t limit = std::strtoull(max->c_str(), nullptr, 10);
+      std::optional<std::string> now = ReadFirstLine(dir + "/memory.current");
+      const uint64_t used = now ? std::strtoull(now->c_str(), nullptr, 10) : 0;
+      const uint64_t left = used < limit ? limit - used : 0;
+      least = least ? std::min(*least, left) : left;
+    }
+    if (path.empty() || path == "/") return least;
+    const size_t slash = path.rfind('/');
+    path =
+        slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
+  }
+}
+
+}  // namespace
+
+MemoryEstimate EstimateWorkerMemory(const TrainConfig& c,
+                                    const WorkerShape& s) {
+  const uint64_t N =
+      static_cast<uint64_t>(model::gpt::NumParameters(GptConfigOf(c)));
+  const uint64_t local = static_cast<uint64_t>(s.local_devices);
+  MemoryEstimate e;
+  e.local_devices = s.local_devices;
+  e.per_device_batch_size = c.per_device_batch_size;
+  e.weights_and_optimizer = local * WeightBytesPerDevice(c, N, s.fsdp) + N +
+                            (s.restoring ? 3 * kF32 * N : 0);
+  e.activations = local * ActivationBytesPerDevice(c, s.bf16_via_f32);
+  e.checkpoint_staging = StagingBytes(c, N, s);
+  e.runtime = kRuntimeBytes + s.dataset_bytes * local /
+                                  static_cast<uint64_t>(std::max(s.devices, 1));
+  e.startup_peak = StartupPeakBytes(c, s);
+  return e;
+}
+
+MemorySources SystemMemorySources() {
+  MemorySources sources;
+  if (const char* v = std::getenv(kMemoryLimitVariable)) {
+    sources.limit_override = v;
+  }
+  return sources;
+}
+
+Result<AvailableMemory> AvailableHostMemory(const MemorySources& s) {
+  if (s.limit_override) {
+    ASSIGN_OR_RETURN(uint64_t bytes,
+                     ParseBytes(*s.limit_override, kMemoryLimitVariable));
+    return AvailableMemory{bytes, kMemoryLimitVariable};
+  }
+  std::optional<uint64_t> available = MemAvailable(s.meminfo);
+  if (!available) {
+    return Internal(s.meminfo + " has no MemAvailable line; set " +
+                    std::string(kMemoryLimitVariable) +
+                    " to the bytes train may use");
+  }
+  AvailableMemory result{*available, "MemAvailable"};
+  std::optional<uint64_t> headroom = CgroupHeadroom(s);
+  if (headroom && *headroom < result.bytes) {
+    result = {*headroom, "the cgroup's memory.max"};
+  }
+  return result;
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  char text[32];
+  const double gib = static_cast<double>(bytes) / (1024.0 * kMiB);
+  if (gib >= 1) {
+    std::snprintf(text, sizeof text, "%.1f GiB", gib);
+  } else {
+    std::snprintf(text, sizeof text, "%.0f MiB",
+                  static_cast<double>(bytes) / kMiB);
+  }
+  return text;
+}
+
+std::string DescribeEstimate(const MemoryEstimate& e, int processes) {
+  const uint64_t startup_extra =
+      e.startup_peak > e.training() ? e.startup_peak - e.training() : 0;
+  std::string terms =
+      "weights and optimizer " + FormatBytes(e.weights_and_optimizer) +
+      ", activations " + FormatBytes(e.activations) + " for " +
+      std::to_string(e.local_devices) + " device" +
+      (e.local_devices == 1 ? "" : "s") + " x batch " +
+      std::to_string(e.per_device_batch_size) + ", checkpoint staging " +
+      FormatBytes(e.checkpoint_staging) + ", runtime " +
+      FormatBytes(e.runtime + startup_extra);
+  if (processes <= 1) {
+    return "about " + FormatBytes(e.total()) + " per host (" + terms + ")";
+  }
+  return "about " + FormatBytes(e.total() * processes) + " for its " +
+         std::to_string(processes) + " local slices (" +
+         FormatBytes(e.total()) + " each: " + terms + ")";
+}
+
+Status CheckHostMemory(const MemoryEstimate& e, int processes,
+                       const AvailableMemory& available) {
+  const uint64_t needed = e.total() * static_cast<uint64_t>(processes);
+  if (needed <= available.bytes) return OkStatus();
+  const bool activations_dominate = 2 * e.activations >= e.training();
+  return InvalidArgument(
+      "this configuration needs " + DescribeEstimate(e, processes) + "; " +
+      (processes <= 1 ? "the host has " : "this machine has ") +
+      FormatBytes(available.bytes) + " available (" + available.source + "); " +
+      (activations_dominate
+           ? "lower per_device_batch_size or max_target_length"
+           : "use a smaller model (emb_dim, mlp_dim, num_decoder_layers) "
+             "or fewer devices per host"));
+}
+
+}  // namespace multislice::train
