@@ -169,6 +169,11 @@ int RunController(const ControllerCommandFlags& flags) {
           .string();
   Result<std::string> token = control::LoadOrCreateToken(token_file);
   if (!token.ok()) return Fail(1, token.status().message());
+  // What agents register with: it can do nothing else (docs/control.md).
+  const std::string agent_token_file = data_dir + "/agent-token";
+  Result<std::string> agent_token =
+      control::LoadOrCreateToken(agent_token_file);
+  if (!agent_token.ok()) return Fail(1, agent_token.status().message());
 
   // Signals are taken by sigwait below; block them before any thread starts.
   sigset_t stop_signals;
@@ -180,6 +185,7 @@ int RunController(const ControllerCommandFlags& flags) {
 
   options.data_dir = data_dir;
   options.token = *token;
+  options.agent_token = *agent_token;
   options.bind_address = flags.bind;
   options.advertise_address =
       flags.advertise_address.empty() ? flags.bind : flags.advertise_address;
@@ -204,13 +210,17 @@ int RunController(const ControllerCommandFlags& flags) {
   // On stderr: tools read the URL from the last http:// word of stdout.
   std::fprintf(stderr, "%s: console at %s/console (the token in %s)\n", kName,
                url.c_str(), token_file.c_str());
+  std::fprintf(stderr,
+               "%s: agents register with --token-file %s (it can only "
+               "register a host)\n",
+               kName, agent_token_file.c_str());
 
   std::vector<pid_t> agents;
   std::map<pid_t, std::string> agent_dirs;
   for (int i = 0; i < flags.local_hosts; ++i) {
     const std::string dir = data_dir + "/hosts/local-" + std::to_string(i);
     std::filesystem::create_directories(dir, ec);
-    pid_t pid = SpawnAgent(url, token_file, flags, dir);
+    pid_t pid = SpawnAgent(url, agent_token_file, flags, dir);
     if (pid < 0) {
       std::fprintf(stderr, "%s: cannot start agent %d\n", kName, i);
       continue;

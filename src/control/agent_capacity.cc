@@ -86,6 +86,12 @@ bool ConnectionRefused(const std::string& address) {
   return refused;
 }
 
+// The bearer for calls to `host`'s agent: its secret (an agent registered
+// with a controller that issued none accepts the admin token).
+std::string Credential(const HostCall& host, const std::string& admin) {
+  return host.credential.empty() ? admin : host.credential;
+}
+
 // Records `host` as unreachable in `result`, and as dead when it refuses.
 void Unreachable(const HostCall& host, WorkResult& result) {
   result.lost_hosts.insert(host.host_id);
@@ -135,8 +141,8 @@ WorkResult AgentCapacity::StartWorkers(const std::vector<StartTarget>& targets,
   std::vector<char> ok(targets.size(), 0);
   const auto timeout = options_.agent_call_timeout;
   ForEachParallel(targets, [&](const StartTarget& t, size_t index) {
-    Result<ApiClient> client =
-        AgentClient(t.host.agent_address, options_.token, timeout);
+    Result<ApiClient> client = AgentClient(
+        t.host.agent_address, Credential(t.host, options_.token), timeout);
     if (!client.ok()) return;
     json body = {{"attempt", attempt}, {"script", script}, {"env", t.env}};
     Result<HttpResponse> put =
@@ -182,7 +188,7 @@ WorkResult AgentCapacity::StopWorkers(const std::vector<HostCall>& hosts,
       std::chrono::milliseconds(1000LL * options_.stop_grace_seconds);
   ForEachParallel(hosts, [&](const HostCall& h, size_t) {
     Result<ApiClient> client =
-        AgentClient(h.agent_address, options_.token, timeout);
+        AgentClient(h.agent_address, Credential(h, options_.token), timeout);
     if (!client.ok()) return;
     Result<HttpResponse> list = client->Call("GET", "/agent/v1/workers");
     if (!list.ok()) {
@@ -222,8 +228,8 @@ WorkResult AgentCapacity::StopWorkers(const std::vector<HostCall>& hosts,
 
 bool AgentCapacity::Alive(const HostCall& host,
                           std::chrono::milliseconds timeout) {
-  Result<ApiClient> client =
-      AgentClient(host.agent_address, options_.token, timeout);
+  Result<ApiClient> client = AgentClient(
+      host.agent_address, Credential(host, options_.token), timeout);
   if (!client.ok()) return false;
   Result<HttpResponse> health = client->Call("GET", "/agent/v1/health");
   return health.ok() && health->status == 200;

@@ -21,6 +21,7 @@ namespace multislice::control {
 struct HostCall {
   std::string host_id;
   std::string agent_address;
+  std::string credential;  // the host's secret (Host::secret)
 };
 
 // One worker to start: worker `worker` of node (slice) `node`.

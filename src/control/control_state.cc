@@ -1,5 +1,7 @@
 #include "control/control_state.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -28,6 +30,7 @@ json Host::ToStorage() const {
           {"acceleratorType", accelerator_type},
           {"agentAddress", agent_address},
           {"workdir", workdir},
+          {"secret", secret},
           {"lost", lost},
           {"lostReason", lost_reason}};
 }
@@ -40,6 +43,7 @@ Host Host::FromStorage(const json& j) {
   h.accelerator_type = j.value("acceleratorType", "");
   h.agent_address = j.value("agentAddress", "");
   h.workdir = j.value("workdir", "");
+  h.secret = j.value("secret", "");
   h.lost = j.value("lost", false);
   h.lost_reason = j.value("lostReason", "");
   return h;
@@ -118,6 +122,20 @@ std::string ControlState::NewUid() {
                 static_cast<unsigned long long>(rng_()),
                 static_cast<unsigned long long>(rng_()));
   return text;
+}
+
+Result<std::string> ControlState::NewSecret() {
+  unsigned char bytes[32];
+  if (::getrandom(bytes, sizeof(bytes), 0) != sizeof(bytes)) {
+    return Internal("cannot read random bytes for a host secret");
+  }
+  std::string out;
+  for (unsigned char b : bytes) {
+    char hex[3];
+    std::snprintf(hex, sizeof(hex), "%02x", b);
+    out += hex;
+  }
+  return out;
 }
 
 OperationRecord ControlState::NewOperation(const QueuedResourceRecord& r,

@@ -37,6 +37,9 @@ struct Host {
   std::string accelerator_type;
   std::string agent_address;  // HOST:PORT of its /agent/v1/ API
   std::string workdir;
+  // Issued at each registration: the bearer of this host's heartbeats and of
+  // the controller's (and users') calls to its agent. Persisted.
+  std::string secret;
   bool lost = false;
   std::string lost_reason;
   int64_t last_heartbeat = 0;  // steady ms; not persisted
@@ -77,6 +80,8 @@ class ControlState {
   Status PersistHost(const Host& h);
   // 128 random bits, hex: a new queued resource's uid.
   std::string NewUid();
+  // 256 bits from the kernel, hex: a host's secret.
+  static Result<std::string> NewSecret();
   OperationRecord NewOperation(const QueuedResourceRecord& r,
                                const std::string& api, const std::string& verb);
   // Marks r's waiting operations done with `response`; appends them to

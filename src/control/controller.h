@@ -28,7 +28,10 @@ namespace multislice::control {
 
 struct ControllerOptions {
   std::string data_dir;  // state.db, stores/ (file:// coordinators)
-  std::string token;     // bearer token of users and agents
+  std::string token;     // the admin token: users, the API and every host
+  // Agents register with this token (or the admin one): it can do nothing
+  // else. Empty: only the admin token registers.
+  std::string agent_token;
   std::string bind_address = "127.0.0.1";
   int port = 0;  // 0: any free port (see Controller::port())
   // The address remote agents reach this machine at, for the redis://

@@ -38,7 +38,7 @@ class FakeAgent {
         ip_(std::move(ip)) {
     auto authed = [this](auto fn) {
       return [this, fn](const httplib::Request& req, httplib::Response& res) {
-        if (!RequireBearer(req, res, token_)) return;
+        if (!RequireBearer(req, res, credential())) return;
         fn(req, res);
       };
     };
@@ -135,6 +135,12 @@ class FakeAgent {
   void StopHeartbeatsOnly(bool stopped) { silent_ = stopped; }
 
   std::string address() const { return ip_ + ":" + std::to_string(port_); }
+  // What its API accepts and its heartbeats carry: the secret the
+  // controller issued, or the token before that.
+  std::string credential() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return secret_.empty() ? token_ : secret_;
+  }
   std::string host_id() const {
     std::lock_guard<std::mutex> lock(mu_);
     return host_id_;
@@ -186,10 +192,13 @@ class FakeAgent {
           if (r.ok() && r->status == 200) {
             std::lock_guard<std::mutex> lock(mu_);
             host_id_ = r->body.at("hostId");
+            secret_ = r->body.value("hostSecret", "");
           }
         } else {
           nlohmann::json body = {{"workers", nlohmann::json::array()}};
-          Result<HttpResponse> r = client->Call(
+          Result<ApiClient> beat = ApiClient::Create(
+              controller_url_, credential(), std::chrono::milliseconds(1000));
+          Result<HttpResponse> r = beat->Call(
               "POST", "/internal/v1/hosts/" + id + ":heartbeat", &body);
           if (r.ok() && r->status == 404) {
             std::lock_guard<std::mutex> lock(mu_);
@@ -208,6 +217,7 @@ class FakeAgent {
   std::atomic<bool> stop_{false}, paused_{false}, silent_{false};
   mutable std::mutex mu_;
   std::string host_id_;
+  std::string secret_;  // from the registration answer, as the agent keeps it
   std::map<std::string, FakeWorker> current_;
   std::vector<FakeWorker> history_;
 };

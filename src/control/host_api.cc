@@ -20,14 +20,20 @@ const char kHosts[] = "/internal/v1/hosts";
 
 void HostApi::MountAgentChannel(httplib::Server& server,
                                 const std::string& token) {
-  auto authed = [this, &token](void (HostApi::*handler)(R, W)) {
-    return WithBearer(token,
-                      [this, handler](R q, W s) { (this->*handler)(q, s); });
-  };
   const std::string hosts = kHosts;
-  server.Post(hosts + ":register", authed(&HostApi::HandleRegister));
+  // Registration: the admin token or the agents' one.
+  const std::string agent_token = state_.options().agent_token;
+  server.Post(hosts + ":register", [this, token, agent_token](R q, W s) {
+    httplib::Response ignored;
+    if (!agent_token.empty() && RequireBearer(q, ignored, agent_token)) {
+      HandleRegister(q, s);
+    } else if (RequireBearer(q, s, token)) {
+      HandleRegister(q, s);
+    }
+  });
+  // Heartbeats: the host's own secret (checked in the handler).
   server.Post(hosts + R"(/([^/:]+):heartbeat)",
-              authed(&HostApi::HandleHeartbeat));
+              [this](R q, W s) { HandleHeartbeat(q, s); });
 }
 
 void HostApi::Mount(httplib::Server& server, const std::string& token) {
@@ -95,6 +101,13 @@ void HostApi::HandleRegister(const httplib::Request& req,
   if (h.id.empty()) h.id = "host-" + std::to_string(state_.next_host++);
   h.last_heartbeat = SteadyMs();
   state_.GrantLease(h);
+  // A new secret each time: whatever held the old one holds nothing now.
+  Result<std::string> secret = ControlState::NewSecret();
+  if (!secret.ok()) {
+    WriteError(res, 500, "INTERNAL", secret.status().message());
+    return;
+  }
+  h.secret = *secret;
   Status s = state_.PersistHost(h);
   if (!s.ok()) {
     WriteError(res, 500, "INTERNAL", s.message());
@@ -109,7 +122,8 @@ void HostApi::HandleRegister(const httplib::Request& req,
       {{"hostId", h.id},
        {"heartbeatIntervalMs", state_.options().heartbeat_interval.count()},
        {"heartbeatPort", agent_port_},
-       {"leaseMs", state_.WorkerLease().count()}});
+       {"leaseMs", state_.WorkerLease().count()},
+       {"hostSecret", h.secret}});
 }
 
 void HostApi::HandleHeartbeat(const httplib::Request& req,
@@ -118,6 +132,13 @@ void HostApi::HandleHeartbeat(const httplib::Request& req,
   json body = json::parse(req.body, nullptr, false);
   std::lock_guard<std::mutex> lock(state_.mu);
   auto it = state_.hosts.find(id);
+  // Only the host itself may beat for it (its secret; hosts registered
+  // before secrets existed, with the admin token).
+  const std::string& credential =
+      it == state_.hosts.end() || it->second.secret.empty()
+          ? state_.options().token
+          : it->second.secret;
+  if (!RequireBearer(req, res, credential)) return;
   if (it == state_.hosts.end() || it->second.lost) {
     WriteError(res, 404, "NOT_FOUND",
                "host " + id + " is not registered (register again)");
@@ -162,6 +183,7 @@ void HostApi::HandleHosts(const httplib::Request&, httplib::Response& res) {
   json out = {{"hosts", json::array()}};
   for (const auto& [id, h] : state_.hosts) {
     json j = h.ToStorage();
+    j.erase("secret");
     j["queuedResource"] = owners.count(id) ? owners[id] : "";
     j["workers"] = h.workers;
     out["hosts"].push_back(j);
@@ -246,6 +268,8 @@ void HostApi::HandleWorkers(const httplib::Request& req,
                          {"name", name},
                          {"hostId", h.id},
                          {"agentAddress", h.agent_address},
+                         // For the admin's exec on this host (ssh, run).
+                         {"agentToken", h.secret},
                          {"directory", h.workdir + "/workers/" + name}});
     }
   }
@@ -270,6 +294,7 @@ void HostApi::HandleLogs(const httplib::Request& req, httplib::Response& res) {
   struct Target {
     json entry;
     std::string agent_address;
+    std::string credential;
   };
   std::vector<Target> targets;
   {
@@ -289,6 +314,7 @@ void HostApi::HandleLogs(const httplib::Request& req, httplib::Response& res) {
                                        static_cast<int>(w))},
                    {"hostId", hit->first}};
         t.agent_address = hit->second.agent_address;
+        t.credential = hit->second.secret;
         targets.push_back(std::move(t));
       }
     }
@@ -302,8 +328,9 @@ void HostApi::HandleLogs(const httplib::Request& req, httplib::Response& res) {
   ForEachParallel(targets, [&](const Target& t, size_t i) {
     json entry = t.entry;
     entry["log"] = "";
-    Result<ApiClient> client =
-        AgentClient(t.agent_address, token, std::chrono::milliseconds(3000));
+    Result<ApiClient> client = AgentClient(
+        t.agent_address, t.credential.empty() ? token : t.credential,
+        std::chrono::milliseconds(3000));
     Result<std::string> log =
         client.ok() ? ExecOnWorker(*client, entry["name"].get<std::string>(),
                                    command, SteadyMs() + 3000)

@@ -203,7 +203,11 @@ std::vector<HostCall> StopCalls(const QueuedResourceRecord& r,
   std::vector<HostCall> calls;
   for (const std::string& id : ids) {
     auto it = hosts.find(id);
-    calls.push_back({id, it == hosts.end() ? "" : it->second.agent_address});
+    if (it == hosts.end()) {
+      calls.push_back({id, "", ""});
+    } else {
+      calls.push_back({id, it->second.agent_address, it->second.secret});
+    }
   }
   return calls;
 }
@@ -229,7 +233,8 @@ std::vector<StartTarget> StartTargets(const QueuedResourceRecord& r,
       StartTarget t;
       t.node = static_cast<int>(i);
       t.worker = static_cast<int>(w);
-      t.host = {n.hosts[w], host(n.hosts[w]).agent_address};
+      t.host = {n.hosts[w], host(n.hosts[w]).agent_address,
+                host(n.hosts[w]).secret};
       t.name = WorkerName(r.id, t.node, t.worker);
       t.env = {{"MEGASCALE_COORDINATOR_ADDRESS", coordinator},
                {"MEGASCALE_NUM_SLICES", std::to_string(r.nodes.size())},
@@ -257,7 +262,7 @@ void Reconciler::ProbeSilentHosts() {
       continue;
     }
     probing_.insert(id);
-    const HostCall call{id, h.agent_address};
+    const HostCall call{id, h.agent_address, h.secret};
     RunOnWorkThread([this, call, silent] {
       const bool alive =
           capacity_.Alive(call, state_.options().liveness_probe_timeout);

@@ -248,6 +248,11 @@ struct Agent::Impl {
   std::mutex mu;
   std::condition_variable cv;
   std::string host_id;
+  // The credential the controller issued at registration (hostSecret): the
+  // only one this agent's API accepts, and the one its heartbeats carry.
+  // Empty until then (or with a controller that issues none): the token it
+  // was started with.
+  std::string host_secret;
   milliseconds heartbeat_interval{500};
   int heartbeat_port = 0;  // the controller's agent channel; 0: its API port
   bool registered = false;
@@ -502,6 +507,12 @@ struct Agent::Impl {
 
   std::string LeasePath() const { return options.workdir + "/lease"; }
 
+  // What this agent's API accepts (see host_secret).
+  std::string ApiCredential() {
+    std::lock_guard<std::mutex> lock(mu);
+    return host_secret.empty() ? options.token : host_secret;
+  }
+
   // Stops every running worker: the controller has declared this host lost,
   // so they belong to an attempt that has moved on (their lease has lapsed
   // too: their guardians may have stopped them already).
@@ -535,6 +546,11 @@ struct Agent::Impl {
     }
     std::lock_guard<std::mutex> lock(mu);
     host_id = response.body["hostId"].get<std::string>();
+    if (response.body.contains("hostSecret") &&
+        response.body["hostSecret"].is_string() &&
+        response.body["hostSecret"].get<std::string>().size() >= 32) {
+      host_secret = response.body["hostSecret"].get<std::string>();
+    }
     long long interval = 500;
     if (response.body.contains("heartbeatIntervalMs") &&
         response.body["heartbeatIntervalMs"].is_number_integer()) {
@@ -611,26 +627,29 @@ struct Agent::Impl {
     }
     if (!Register(*client, /*first=*/true)) return;
     bool failing = false;
-    std::optional<ApiClient> channel;  // the controller's agent port
+    std::optional<ApiClient> channel;  // heartbeats: the agents' port
     int channel_port = 0;
+    std::string channel_secret;
     for (;;) {
       milliseconds interval;
-      std::string id;
+      std::string id, secret;
       int port;
       {
         std::lock_guard<std::mutex> lock(mu);
         interval = heartbeat_interval;
         id = host_id;
         port = heartbeat_port;
+        secret = host_secret.empty() ? options.token : host_secret;
       }
-      if (port != channel_port) {
+      if (port != channel_port || secret != channel_secret || !channel) {
         channel_port = port;
+        channel_secret = secret;
         channel.reset();
-        if (port > 0) {
-          auto c = ApiClient::Create(WithPort(options.controller_url, port),
-                                     options.token, options.http_timeout);
-          if (c.ok()) channel.emplace(std::move(*c));
-        }
+        auto c =
+            ApiClient::Create(port > 0 ? WithPort(options.controller_url, port)
+                                       : options.controller_url,
+                              secret, options.http_timeout);
+        if (c.ok()) channel.emplace(std::move(*c));
       }
       if (!Sleep(interval)) return;
       json body = {{"workers", table->Statuses()}};
@@ -638,6 +657,12 @@ struct Agent::Impl {
       auto response =
           (channel ? *channel : *client)
               .Call("POST", "/internal/v1/hosts/" + id + ":heartbeat", &body);
+      if (response.ok() && response->status == 401) {
+        Log("the controller refused this host's credential; registering again");
+        StopEveryWorker();
+        if (!Register(*client, /*first=*/false)) return;
+        continue;
+      }
       if (response.ok() && response->status == 404) {
         Log("the controller does not know " + id +
             "; stopping this host's workers, then registering again");
@@ -723,7 +748,7 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentOptions options) {
   server.set_write_timeout(10, 0);
   server.set_pre_routing_handler(
       [self](const httplib::Request &req, httplib::Response &res) {
-        return RequireBearer(req, res, self->options.token) &&
+        return RequireBearer(req, res, self->ApiCredential()) &&
                        !UploadTooLarge(req, res)
                    ? httplib::Server::HandlerResponse::Unhandled
                    : httplib::Server::HandlerResponse::Handled;

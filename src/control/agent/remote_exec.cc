@@ -71,6 +71,9 @@ Result<std::vector<WorkerTarget>> ListQueuedResourceWorkers(
     t.node_index = w["nodeIndex"].get<int>();
     t.worker = w["worker"].get<int>();
     t.agent_address = w["agentAddress"].get<std::string>();
+    if (w.contains("agentToken") && w["agentToken"].is_string()) {
+      t.agent_token = w["agentToken"].get<std::string>();
+    }
     t.worker_name = w.contains("name") && w["name"].is_string()
                         ? w["name"].get<std::string>()
                         : qr + "." + std::to_string(t.node_index) + "." +
@@ -232,9 +235,10 @@ Status AgentClient::PutFile(const std::string& worker, const std::string& path,
 // ----- RemoteExec -----
 
 Status RemoteExec::Start(const ExecRequest& request) {
-  ASSIGN_OR_RETURN(AgentClient client,
-                   AgentClient::Create(target_.agent_address, token_,
-                                       timings_.http_timeout));
+  ASSIGN_OR_RETURN(
+      AgentClient client,
+      AgentClient::Create(target_.agent_address, AgentTokenFor(target_, token_),
+                          timings_.http_timeout));
   ASSIGN_OR_RETURN(exec_id_, client.StartExec(target_.worker_name, request));
   client_ = std::move(client);
   offset_ = 0;

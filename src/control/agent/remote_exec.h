@@ -29,7 +29,16 @@ struct WorkerTarget {
   int worker = 0;             // TPU_WORKER_ID within the slice
   std::string agent_address;  // "HOST:PORT"
   std::string worker_name;    // "{qr}.{nodeIndex}.{worker}"
+  // The bearer its agent accepts (the host's secret, from the controller's
+  // admin-only listing); empty: the caller's token.
+  std::string agent_token;
 };
+
+// The bearer for calls to `target`'s agent.
+inline const std::string& AgentTokenFor(const WorkerTarget& target,
+                                        const std::string& token) {
+  return target.agent_token.empty() ? token : target.agent_token;
+}
 
 // Every worker of queued resource `qr`, in node then worker order.
 // NotFound for an unknown queued resource, FailedPrecondition when it has

@@ -208,7 +208,8 @@ class Runner {
 
   Status PrepareWorker(const WorkerTarget& target, const std::string* archive) {
     ASSIGN_OR_RETURN(AgentClient agent,
-                     AgentClient::Create(target.agent_address, options_.token,
+                     AgentClient::Create(target.agent_address,
+                                         AgentTokenFor(target, options_.token),
                                          options_.http_timeout));
     auto stopped = agent.StopTaggedExecs(target.worker_name, kRunTagPrefix,
                                          options_.stop_grace);

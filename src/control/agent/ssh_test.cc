@@ -336,8 +336,10 @@ TEST_F(SshEndToEndTest, BatchOfOneOverFourWorkersWaitingForAllCompletes) {
   ASSERT_EQ(listed->status, 200) << listed->body.dump();
   std::vector<pid_t> groups;
   for (const json& w : listed->body["workers"]) {
-    auto agent = ApiClient::Create(
-        "http://" + w["agentAddress"].get<std::string>(), token, seconds(10));
+    // Agents accept only their host's secret (the listing's agentToken).
+    auto agent =
+        ApiClient::Create("http://" + w["agentAddress"].get<std::string>(),
+                          w["agentToken"].get<std::string>(), seconds(10));
     auto workers = agent->Call("GET", "/agent/v1/workers");
     ASSERT_TRUE(workers.ok());
     for (const json& status : workers->body["workers"]) {
