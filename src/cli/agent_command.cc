@@ -37,6 +37,7 @@ struct AgentFlags {
   std::string workdir = "multislice-agent";
   std::string hostname;
   int register_timeout_seconds = 30;
+  std::string worker_user;
 };
 
 bool ValidZone(const std::string& zone) {
@@ -108,6 +109,7 @@ int RunAgent(const AgentFlags& flags) {
   options.bind = flags.bind;
   options.advertise_address = flags.advertise_address;
   options.workdir = flags.workdir;
+  options.worker_user = flags.worker_user;
   options.register_timeout =
       std::chrono::seconds(flags.register_timeout_seconds);
 
@@ -187,6 +189,10 @@ void AddAgentCommand(CLI::App& root, CommandTable& table) {
   AddStringFlag(cmd, "workdir", &flags->workdir,
                 "Directory for the workers' directories and exec output.")
       ->capture_default_str();
+  AddStringFlag(cmd, "worker_user", &flags->worker_user,
+                "Run workers as this user (not the agent's), so that a job "
+                "can read none of the agent's secrets; see docs/control.md, "
+                "Threat model.");
   AddStringFlag(cmd, "hostname", &flags->hostname,
                 "Name reported to the controller (default: this host's).");
   AddIntFlag(cmd, "register_timeout", &flags->register_timeout_seconds,

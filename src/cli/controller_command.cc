@@ -4,6 +4,7 @@
 // directory under the data dir. Runs until SIGTERM or SIGINT; then stops the
 // agents (which stop their workers), reaps them, and exits 0.
 #include <fcntl.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -42,6 +43,7 @@ struct ControllerCommandFlags {
   std::string heartbeat_timeout = "5";
   int local_hosts = 0;
   std::string local_accelerator_type = "cpu-2";
+  std::string local_worker_user;
   std::string zone = "local-a";
   std::vector<std::string> quotas;  // TIER=CHIPS
 };
@@ -90,6 +92,9 @@ pid_t SpawnAgent(const std::string& url, const std::string& token_file,
                                    flags.zone,
                                    "--workdir",
                                    dir};
+  if (!flags.local_worker_user.empty()) {
+    args.insert(args.end(), {"--worker-user", flags.local_worker_user});
+  }
   const std::string log = dir + "/agent.log";
   // Everything the child needs is built before fork: the controller's
   // threads run, so the child may only make async-signal-safe calls.
@@ -186,6 +191,15 @@ int RunController(const ControllerCommandFlags& flags) {
   options.data_dir = data_dir;
   options.token = *token;
   options.agent_token = *agent_token;
+  if (!flags.local_worker_user.empty()) {
+    const passwd* user = ::getpwnam(flags.local_worker_user.c_str());
+    if (user == nullptr) {
+      return Fail(2, "--local-worker-user: no user '" +
+                         flags.local_worker_user + "' on this host");
+    }
+    options.file_store_uid = static_cast<int>(user->pw_uid);
+    options.file_store_gid = static_cast<int>(user->pw_gid);
+  }
   options.bind_address = flags.bind;
   options.advertise_address =
       flags.advertise_address.empty() ? flags.bind : flags.advertise_address;
@@ -332,6 +346,11 @@ void AddControllerCommand(CLI::App& root, CommandTable& table) {
   AddIntFlag(cmd, "local_hosts", &flags->local_hosts,
              "Host agents to run on this machine.")
       ->capture_default_str();
+  AddStringFlag(cmd, "local_worker_user", &flags->local_worker_user,
+                "The local agents run their workers as this user, who can "
+                "read none of the controller's or the agents' secrets: the "
+                "isolation of one queued resource's jobs from another's on "
+                "one machine (docs/control.md, Threat model).");
   AddStringFlag(cmd, "local_accelerator_type", &flags->local_accelerator_type,
                 "Accelerator type of the local hosts.")
       ->capture_default_str();

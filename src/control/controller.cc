@@ -127,9 +127,17 @@ Status Controller::Impl::Init() {
                     ": cannot create it: " + ec.message());
   }
   options_.data_dir = std::filesystem::absolute(options_.data_dir).string();
-  // It holds the state, the tokens and every run's rendezvous: ours only.
-  std::filesystem::permissions(options_.data_dir,
-                               std::filesystem::perms::owner_all, ec);
+  // It holds the state, the tokens and every run's rendezvous: others may
+  // pass through (to a local agent's workdir, or a run's store they own)
+  // but not list it; every secret in it is 0600.
+  for (const std::string& dir :
+       {options_.data_dir, options_.data_dir + "/stores"}) {
+    std::filesystem::permissions(dir,
+                                 std::filesystem::perms::owner_all |
+                                     std::filesystem::perms::group_exec |
+                                     std::filesystem::perms::others_exec,
+                                 ec);
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Store> store,
                    Store::Open(options_.data_dir + "/state.db"));
   state_ = std::make_unique<ControlState>(options_, std::move(store));

@@ -62,6 +62,10 @@ struct ControllerOptions {
   // lease + fence_margin after that host's last answered heartbeat.
   std::chrono::milliseconds worker_lease{0};
   std::chrono::milliseconds fence_margin{1000};
+  // The owner of each run's file:// store directory (0700): the user the
+  // local agents run workers as (controller --local-worker-user); -1: ours.
+  int file_store_uid = -1;
+  int file_store_gid = -1;
 };
 
 class Controller {

@@ -95,6 +95,12 @@ Result<std::string> CoordinatorStores::For(
     std::filesystem::create_directories(dir, ec);
     if (ec) return Internal("cannot create " + dir + ": " + ec.message());
     std::filesystem::permissions(dir, std::filesystem::perms::owner_all, ec);
+    if (options_.file_store_uid >= 0 &&
+        ::chown(dir.c_str(), options_.file_store_uid,
+                options_.file_store_gid) != 0) {
+      return Internal("cannot give " + dir +
+                      " to the worker user: " + strerror(errno));
+    }
     return "file://" + dir;
   }
   ASSIGN_OR_RETURN(std::string server, EnsureRedis());

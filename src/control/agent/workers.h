@@ -121,6 +121,12 @@ class WorkerTable {
   // Fencing: every worker started from now on holds the lease at `path`
   // (ProcessSpec::lease_path) and is killed by its guardian when it lapses.
   void set_lease_path(std::string path) { lease_path_ = std::move(path); }
+  // Workers (not execs) run as this user, their directories owned by it;
+  // -1: this process's user.
+  void set_worker_user(int uid, int gid) {
+    worker_uid_ = uid;
+    worker_gid_ = gid;
+  }
 
   // Refuses new starts, then stops every group at once (with stop_grace) and
   // waits for all. Idempotent.
@@ -138,6 +144,7 @@ class WorkerTable {
   ProcessLauncher* const launcher_;
   const std::chrono::milliseconds stop_grace_;
   std::string lease_path_;  // set before serving
+  int worker_uid_ = -1, worker_gid_ = -1;
 
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Worker>> workers_;
