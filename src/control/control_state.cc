@@ -79,8 +79,9 @@ Status ControlState::Load() {
   for (OperationRecord& op : snapshot.operations) ops[op.name] = op;
   for (const json& j : snapshot.hosts) {
     Host h = Host::FromStorage(j);
-    h.last_heartbeat = now;  // a grace period of one timeout after restart
-    GrantLease(h);           // whatever it was granted before, lapsed by then
+    h.last_heartbeat = now;       // a grace period of one timeout after restart
+    if (h.lost) h.lost_at = now;  // lost hosts age from the restart
+    GrantLease(h);  // whatever it was granted before, lapsed by then
     int n = std::atoi(h.id.c_str() + (h.id.rfind("host-", 0) == 0 ? 5 : 0));
     next_host = std::max(next_host, n + 1);
     hosts[h.id] = h;
@@ -183,6 +184,29 @@ std::map<std::string, std::string> ControlState::HostOwners() const {
     for (const std::string& h : r.retired_hosts) owners[h] = name;
   }
   return owners;
+}
+
+void ControlState::ForgetLongLostHosts() {
+  const int64_t now = SteadyMs();
+  const std::map<std::string, std::string> owners = HostOwners();
+  StoreChange change;
+  for (const auto& [id, h] : hosts) {
+    if (h.lost && !owners.count(id) &&
+        now - h.lost_at > options_.lost_host_retention.count()) {
+      change.delete_hosts.push_back(id);
+    }
+  }
+  if (change.delete_hosts.empty()) return;
+  Status s = store_->Apply(change);
+  if (!s.ok()) {
+    Log("cannot forget lost hosts: " + s.message());
+    return;
+  }
+  for (const std::string& id : change.delete_hosts) {
+    hosts.erase(id);
+    Log(id + ": forgotten (lost for longer than " +
+        std::to_string(options_.lost_host_retention.count()) + " ms)");
+  }
 }
 
 QueuedResourceRecord* ControlState::FindById(const std::string& id) {

@@ -107,6 +107,9 @@ class ControlState {
   void LiftFence(const std::string& name, const std::string& host_id);
   // Host id -> the name of the queued resource holding it.
   std::map<std::string, std::string> HostOwners() const;
+  // Forgets hosts lost longer than the retention and held by no queued
+  // resource.
+  void ForgetLongLostHosts();
   // By id or full name; nullptr when none.
   QueuedResourceRecord* FindById(const std::string& id);
   // Wakes the reconcile loop.

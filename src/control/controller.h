@@ -62,6 +62,10 @@ struct ControllerOptions {
   // lease + fence_margin after that host's last answered heartbeat.
   std::chrono::milliseconds worker_lease{0};
   std::chrono::milliseconds fence_margin{1000};
+  // A host lost this long (and held by no queued resource) is forgotten:
+  // agents that come back register anew, so lost hosts do not pile up
+  // across restarts and re-registrations.
+  std::chrono::milliseconds lost_host_retention{std::chrono::minutes(10)};
   // The owner of each run's file:// store directory (0700): the user the
   // local agents run workers as (controller --local-worker-user); -1: ours.
   int file_store_uid = -1;

@@ -818,6 +818,34 @@ TEST_F(ControllerTest, EachRunHasItsOwnRendezvousNamespace) {
   EXPECT_EQ(runs.size(), 2u);
 }
 
+// Issue 12, defect 9: lost hosts piled up across restarts and
+// re-registrations. Now a host lost for longer than the retention, and held
+// by no queued resource, is forgotten, in memory and in the store.
+TEST_F(ControllerTest, LongLostHostsAreForgotten) {
+  ControllerOptions options;
+  options.heartbeat_timeout = std::chrono::milliseconds(300);
+  options.heartbeat_interval = std::chrono::milliseconds(50);
+  options.lost_host_retention = std::chrono::milliseconds(500);
+  StartController(options);
+  FakeAgent& gone = AddAgent();
+  AddAgent();
+  const std::string id = gone.host_id();
+  gone.Kill();
+  auto listed = [&] {
+    std::set<std::string> ids;
+    const json hosts = Call("GET", "/internal/v1/hosts").body["hosts"];
+    for (const json& h : hosts) ids.insert(h["id"].get<std::string>());
+    return ids;
+  };
+  ASSERT_TRUE(
+      WaitFor([&] { return !listed().count(id); }, std::chrono::seconds(10)));
+  EXPECT_EQ(listed().size(), 1u);  // the live one stays
+  // And after a restart on the same data directory.
+  controller_.reset();
+  StartController(options);
+  EXPECT_FALSE(listed().count(id));
+}
+
 TEST_F(ControllerTest, ReservedPreemptsSpotWhichKeepsQuotaUntilDeleted) {
   ControllerOptions options;
   options.reconcile_interval = std::chrono::milliseconds(20);

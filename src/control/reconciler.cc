@@ -47,6 +47,7 @@ void Reconciler::Tick() {
     }
   }
   ProbeSilentHosts();
+  state_.ForgetLongLostHosts();
   const int64_t now = WallMs();
   for (auto& [name, r] : state_.records) {
     const bool waiting = (r.state == QrState::kAccepted ||

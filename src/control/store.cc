@@ -337,6 +337,14 @@ Status Store::WriteChange(const StoreChange& change) {
       return SqlError(db_, "writing a host");
     }
   }
+  for (const std::string& id : change.delete_hosts) {
+    Statement stmt(db_, "DELETE FROM hosts WHERE id = ?");
+    if (!stmt.ok()) return SqlError(db_, "deleting");
+    sqlite3_bind_text(stmt.get(), 1, id.c_str(), -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(stmt.get()) != SQLITE_DONE) {
+      return SqlError(db_, "deleting host " + id);
+    }
+  }
   return OkStatus();
 }
 

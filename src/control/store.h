@@ -42,6 +42,7 @@ struct StoreChange {
   std::vector<std::string> delete_queued_resources;  // by name
   std::vector<OperationRecord> put_operations;
   std::vector<nlohmann::json> put_hosts;  // each with a string "id"
+  std::vector<std::string> delete_hosts;  // by id
 };
 
 // An exclusive lock on a data directory, held until destruction (or the
