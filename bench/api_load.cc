@@ -79,6 +79,8 @@ int main(int argc, char** argv) {
     control::ControllerOptions options;
     options.data_dir = dir.path();
     options.token = token;
+    // Every client of this load comes from one address.
+    options.max_connections_per_address = options.http_threads;
     auto c = control::Controller::Start(options);
     if (!c.ok()) {
       std::fprintf(stderr, "api_load: %s\n", c.status().message().c_str());

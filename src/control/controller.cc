@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "control/agent_capacity.h"
+#include "control/connection_gate.h"
 #include "control/console/console.h"
 #include "control/control_state.h"
 #include "control/host_api.h"
@@ -156,8 +157,9 @@ Status Controller::Impl::Init() {
 }
 
 void Controller::Impl::ConfigureServer() {
-  server_.new_task_queue = [n = options_.http_threads] {
-    return new httplib::ThreadPool(static_cast<size_t>(n));
+  server_.new_task_queue = [this] {
+    return new ConnectionGate(static_cast<size_t>(options_.http_threads),
+                              options_.max_connections_per_address, &port_);
   };
   server_.set_payload_max_length(kMaxBodyBytes);
   // Small JSON answers: no Nagle delay behind the client's delayed ACK.

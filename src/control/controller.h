@@ -44,6 +44,9 @@ struct ControllerOptions {
   std::chrono::milliseconds agent_call_timeout{5000};  // beyond the grace
   int64_t quota_chips[kNumTiers] = {-1, -1, -1, -1};   // -1: unlimited
   int http_threads = 64;  // enough for 50 concurrent keep-alive clients
+  // The API port's connections from one client address at once; beyond,
+  // a new connection is closed before it is read (connection_gate.h).
+  int max_connections_per_address = 32;
   // The agents' channel (registration, heartbeats) also listens on a port of
   // its own, with its own threads, so that clients of the API (idle, slow or
   // hostile) cannot hold up a heartbeat. 0: any free port; the registration

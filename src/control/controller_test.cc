@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -204,6 +205,69 @@ std::vector<int> IdleConnections(int port, int n) {
     }
   }
   return fds;
+}
+
+// Opens `n` connections from `source` (another loopback address) to
+// 127.0.0.1:port, each sending the first line of a request and then
+// nothing: clients that would hold a thread each while they "send".
+std::vector<int> SlowConnections(const char* source, int port, int n) {
+  std::vector<int> fds;
+  for (int i = 0; i < n; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    ::inet_pton(AF_INET, source, &from.sin_addr);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<uint16_t>(port));
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const char kStart[] =
+        "GET /v2alpha1/projects/p/locations/z/queuedResources HTTP/1.1\r\n";
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) == 0 &&
+        ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) == 0 &&
+        ::write(fd, kStart, sizeof(kStart) - 1) > 0) {
+      fds.push_back(fd);
+    } else {
+      ::close(fd);
+    }
+  }
+  return fds;
+}
+
+// A client address that opens slow connections by the hundred holds at most
+// max_connections_per_address threads: the API stays quick for the others.
+TEST_F(ControllerTest, SlowClientsOfOneAddressCannotHoldEveryThread) {
+  ControllerOptions options;
+  options.http_threads = 64;
+  options.max_connections_per_address = 16;
+  StartController(options);
+  std::vector<int> slow =
+      SlowConnections("127.0.0.2", controller_->port(), 200);
+  ASSERT_EQ(slow.size(), 200u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::vector<double> ms;
+  for (int i = 0; i < 200; ++i) {
+    const auto t0 = Clock::now();
+    EXPECT_EQ(Call("GET", std::string(kParent) + "/queuedResources").status,
+              200);
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  // The connections beyond the bound were closed by the server.
+  int closed = 0;
+  for (int fd : slow) {
+    pollfd p{fd, POLLIN, 0};
+    char byte;
+    closed += ::poll(&p, 1, 0) == 1 && ::read(fd, &byte, 1) == 0;
+    ::close(fd);
+  }
+  std::sort(ms.begin(), ms.end());
+  std::printf(
+      "200 slow connections from 127.0.0.2: %d closed by the server; "
+      "200 GETs from 127.0.0.1: p50 %.2f ms, p99 %.2f ms\n",
+      closed, ms[100], ms[198]);
+  EXPECT_GE(closed, 200 - 16);
+  EXPECT_LT(ms[198], 50.0);
 }
 
 // Issue 12, defect 3: 70 idle connections held the 64 HTTP threads, the
