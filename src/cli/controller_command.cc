@@ -173,7 +173,12 @@ int RunController(const ControllerCommandFlags& flags) {
                                                          : flags.token_file)
           .string();
   Result<std::string> token = control::LoadOrCreateToken(token_file);
-  if (!token.ok()) return Fail(1, token.status().message());
+  if (!token.ok()) {
+    // A token file that is there but weak is the user's to fix.
+    const bool bad = token.status().code() == StatusCode::kInvalidArgument ||
+                     token.status().code() == StatusCode::kFailedPrecondition;
+    return Fail(bad ? 2 : 1, token.status().message());
+  }
   // What agents register with: it can do nothing else (docs/control.md).
   const std::string agent_token_file = data_dir + "/agent-token";
   Result<std::string> agent_token =
