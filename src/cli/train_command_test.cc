@@ -37,9 +37,9 @@ namespace multislice {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
 using testing_util::Child;
+using testing_util::Clock;
 using testing_util::ReadFile;
 using testing_util::Spawn;
 using testing_util::WaitExit;
@@ -155,18 +155,13 @@ Child SpawnWithLimit(int resource, rlim_t bytes,
 // descendants it waited for (ru_maxrss: the largest peak RSS among them).
 int WaitExitWithUsage(const Child& c, double seconds, rusage* usage) {
   const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-  for (;;) {
-    int status = 0;
-    if (::wait4(c.pid, &status, WNOHANG, usage) == c.pid) {
-      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
-    if (Clock::now() > deadline) {
-      ::kill(-c.pid, SIGKILL);
-      ::waitpid(c.pid, &status, 0);
-      return -1;
-    }
+  int status = 0;
+  while (::wait4(c.pid, &status, WNOHANG, usage) != c.pid) {
+    // Out of time: WaitExit with none left kills the group, returns -1.
+    if (Clock::now() > deadline) return WaitExit(c, 0);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 // The step of the last record in RUN_DIR/metrics.jsonl, or -1.
@@ -201,6 +196,35 @@ train::FullState LoadState(const std::string& run_dir, int64_t step) {
   return state.ok() ? std::move(*state) : train::FullState{};
 }
 
+// `args` with `more` after them.
+std::vector<std::string> With(std::vector<std::string> args,
+                              const std::vector<std::string>& more) {
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+// Kills worker `which` of the two that `victim` launched; the launcher
+// reports the lost worker with its status (128 + SIGKILL).
+void KillWorker(const Child& victim, size_t which) {
+  std::vector<pid_t> workers = Workers(victim);
+  ASSERT_EQ(workers.size(), 2u);
+  ::kill(workers[which], SIGKILL);
+  EXPECT_EQ(WaitExit(victim, 60), 128 + SIGKILL);
+}
+
+// Expects `resumed`, restored at step `restored`, to have trained every
+// step after it with the loss of `uninterrupted`, bit for bit.
+void ExpectLossesFrom(const nlohmann::json& resumed, int64_t restored,
+                      const std::vector<double>& uninterrupted) {
+  const std::vector<double> losses = Losses(resumed);
+  ASSERT_EQ(losses.size(),
+            uninterrupted.size() - static_cast<size_t>(restored));
+  for (size_t i = 0; i < losses.size(); ++i) {
+    EXPECT_EQ(losses[i], uninterrupted[restored + i])
+        << "step " << restored + i + 1;
+  }
+}
+
 // One device and the meshes 1x2 fsdp, 2x1 data over DCN and 2x2 train the
 // same global batch of 8 rows: in f32, the losses of 3 steps and the first
 // step's gradient (AdamW's m after step 1 is 0.1 x the clipped gradient)
@@ -209,13 +233,10 @@ train::FullState LoadState(const std::string& run_dir, int64_t step) {
 // near 0).
 TEST_F(TrainCommandTest, EveryMeshMatchesOneDevice) {
   const std::vector<std::string> common = {"steps=3", "checkpoint_period=1"};
-  auto with = [&](std::vector<std::string> extra) {
-    extra.insert(extra.end(), common.begin(), common.end());
-    return extra;
-  };
   nlohmann::json one = Train(
-      with({"run_name=one", "per_device_batch_size=8", "dcn_data_parallelism=1",
-            "--num_slices", "1", "--accelerator_type", "cpu-1"}),
+      With({"run_name=one", "per_device_batch_size=8", "dcn_data_parallelism=1",
+            "--num_slices", "1", "--accelerator_type", "cpu-1"},
+           common),
       "one");
   ASSERT_EQ(Losses(one).size(), 3u);
   const train::FullState reference = LoadState(RunDir("one"), 3);
@@ -237,9 +258,8 @@ TEST_F(TrainCommandTest, EveryMeshMatchesOneDevice) {
         "dcn_data_parallelism=2", "--accelerator_type", "cpu-2"}},
   };
   for (const Mesh& mesh : meshes) {
-    std::vector<std::string> args = with(mesh.args);
-    args.push_back("run_name=" + mesh.name);
-    nlohmann::json result = Train(args, mesh.name);
+    nlohmann::json result = Train(
+        With(With(mesh.args, common), {"run_name=" + mesh.name}), mesh.name);
     ExpectClose(Losses(result), Losses(one), 1e-5, mesh.name);
     const train::FullState step1 = LoadState(RunDir(mesh.name), 1);
     ASSERT_EQ(step1.adam_m.size(), reference_step1.adam_m.size());
@@ -259,9 +279,7 @@ TEST_F(TrainCommandTest, ResumeAfterKillIsBitwiseExact) {
   const std::vector<std::string> args = {"steps=24", "checkpoint_period=5",
                                          "per_device_batch_size=4"};
   auto named = [&](const std::string& run) {
-    std::vector<std::string> a = args;
-    a.push_back("run_name=" + run);
-    return a;
+    return With(args, {"run_name=" + run});
   };
   const std::vector<double> uninterrupted = Losses(Train(named("a"), "a"));
   ASSERT_EQ(uninterrupted.size(), 24u);
@@ -270,22 +288,13 @@ TEST_F(TrainCommandTest, ResumeAfterKillIsBitwiseExact) {
                        dir_.path(), "b-first");
   ASSERT_TRUE(WaitForFile(RunDir("b") + "/checkpoints/10/COMMITTED", 120))
       << ReadFile(victim.err);
-  std::vector<pid_t> workers = Workers(victim);
-  ASSERT_EQ(workers.size(), 2u);
-  ::kill(workers[1], SIGKILL);
-  // The launcher reports the lost worker with its status (128 + SIGKILL).
-  EXPECT_EQ(WaitExit(victim, 60), 128 + SIGKILL);
+  ASSERT_NO_FATAL_FAILURE(KillWorker(victim, 1));
 
   nlohmann::json resumed = Train(named("b"), "b-second");
   const int64_t restored = resumed.value("restored_step", int64_t{-1});
   ASSERT_GE(restored, 10);
   ASSERT_LT(restored, 24) << "the kill came after the end";
-  const std::vector<double> losses = Losses(resumed);
-  ASSERT_EQ(losses.size(), static_cast<size_t>(24 - restored));
-  for (size_t i = 0; i < losses.size(); ++i) {
-    EXPECT_EQ(losses[i], uninterrupted[restored + i])
-        << "step " << restored + i + 1;
-  }
+  ExpectLossesFrom(resumed, restored, uninterrupted);
 }
 
 // In-memory recovery: 2 slices keep a replica of their state in host memory
@@ -299,9 +308,7 @@ TEST_F(TrainCommandTest, InMemoryRecoveryRestoresANewerStepFromAReplica) {
       "steps=24", "checkpoint_period=10", "per_device_batch_size=4",
       "enable_in_memory_recovery=true", "in_memory_replica_period=1"};
   auto named = [&](const std::string& run) {
-    std::vector<std::string> a = args;
-    a.push_back("run_name=" + run + tag);
-    return a;
+    return With(args, {"run_name=" + run + tag});
   };
   const std::string memory =
       "/dev/shm/multislice-" + std::to_string(::getuid());
@@ -316,10 +323,7 @@ TEST_F(TrainCommandTest, InMemoryRecoveryRestoresANewerStepFromAReplica) {
   const std::string replica1 = memory + "/local-slice1/b" + tag;
   ASSERT_TRUE(WaitForFile(replica0 + "/worker0/13/COMMITTED", 120))
       << ReadFile(victim.err);
-  std::vector<pid_t> workers = Workers(victim);
-  ASSERT_EQ(workers.size(), 2u);
-  ::kill(workers[1], SIGKILL);
-  EXPECT_EQ(WaitExit(victim, 60), 128 + SIGKILL);
+  ASSERT_NO_FATAL_FAILURE(KillWorker(victim, 1));
   fs::remove_all(replica1);  // slice 1 comes back on a fresh host
 
   Child second = Spawn(Args(named("b")), {}, dir_.path(), "b-second");
@@ -331,12 +335,7 @@ TEST_F(TrainCommandTest, InMemoryRecoveryRestoresANewerStepFromAReplica) {
   const int64_t restored = resumed.value("restored_step", int64_t{-1});
   EXPECT_GE(restored, 13) << "newer than the step-10 checkpoint";
   ASSERT_LT(restored, 24);
-  const std::vector<double> losses = Losses(resumed);
-  ASSERT_EQ(losses.size(), static_cast<size_t>(24 - restored));
-  for (size_t i = 0; i < losses.size(); ++i) {
-    EXPECT_EQ(losses[i], uninterrupted[restored + i])
-        << "step " << restored + i + 1;
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectLossesFrom(resumed, restored, uninterrupted));
   fs::remove_all(replica0);
   fs::remove_all(replica1);
 }
@@ -348,9 +347,7 @@ TEST_F(TrainCommandTest, KillDuringAsyncSaveRestoresThePreviousStep) {
   const std::vector<std::string> args = {"steps=16", "checkpoint_period=5",
                                          "per_device_batch_size=4"};
   auto named = [&](const std::string& run) {
-    std::vector<std::string> a = args;
-    a.push_back("run_name=" + run);
-    return a;
+    return With(args, {"run_name=" + run});
   };
   const std::vector<double> uninterrupted = Losses(Train(named("a"), "a"));
   ASSERT_EQ(uninterrupted.size(), 16u);
@@ -362,19 +359,12 @@ TEST_F(TrainCommandTest, KillDuringAsyncSaveRestoresThePreviousStep) {
   ASSERT_TRUE(WaitForFile(tmp + "/host1.json", 60)) << ReadFile(victim.err);
   // Training went on while the save was stuck: it only blocks at the next
   // save (step 15), which waits for this one.
-  std::vector<pid_t> workers = Workers(victim);
-  ASSERT_EQ(workers.size(), 2u);
-  ::kill(workers[0], SIGKILL);
-  EXPECT_EQ(WaitExit(victim, 60), 128 + SIGKILL);
+  ASSERT_NO_FATAL_FAILURE(KillWorker(victim, 0));
   EXPECT_FALSE(fs::exists(RunDir("b") + "/checkpoints/10/COMMITTED"));
 
   nlohmann::json resumed = Train(named("b"), "b-second");
   EXPECT_EQ(resumed.value("restored_step", int64_t{-1}), 5);
-  const std::vector<double> losses = Losses(resumed);
-  ASSERT_EQ(losses.size(), 11u);
-  for (size_t i = 0; i < losses.size(); ++i) {
-    EXPECT_EQ(losses[i], uninterrupted[5 + i]) << "step " << 6 + i;
-  }
+  ExpectLossesFrom(resumed, 5, uninterrupted);
 }
 
 // A checkpoint saved on 2 slices x 2 devices (data 2, fsdp 2) restores on one
@@ -388,10 +378,7 @@ TEST_F(TrainCommandTest, CheckpointReshardsOntoOtherMeshes) {
                                             "cpu-2",
                                             "checkpoint_period=5"};
   auto on_2x2 = [&](const std::string& run, int steps) {
-    std::vector<std::string> a = mesh2x2;
-    a.push_back("run_name=" + run);
-    a.push_back("steps=" + std::to_string(steps));
-    return a;
+    return With(mesh2x2, {"run_name=" + run, "steps=" + std::to_string(steps)});
   };
   const std::vector<double> unmoved =
       Losses(Train(on_2x2("unmoved", 10), "unmoved"));
@@ -452,9 +439,23 @@ TEST_F(TrainCommandTest, CorruptCheckpointFallsBackToThePreviousStep) {
                                          "per_device_batch_size=4",
                                          "max_num_checkpoints_to_keep=5"};
   auto with_steps = [&](int steps) {
-    std::vector<std::string> a = base;
-    a.push_back("steps=" + std::to_string(steps));
-    return a;
+    return With(base, {"steps=" + std::to_string(steps)});
+  };
+  // Trains on to `steps`; expects a warning that step `skipped` was skipped,
+  // naming `file`, and the restore of step `restored`.
+  auto expect_fallback = [&](int steps, const std::string& name, int skipped,
+                             const std::string& file, int restored) {
+    Child c = Spawn(Args(with_steps(steps)), {}, dir_.path(), name);
+    ASSERT_EQ(WaitExit(c, 240), 0) << ReadFile(c.err);
+    const std::string err = ReadFile(c.err);
+    EXPECT_NE(
+        err.find("checkpoint step " + std::to_string(skipped) + " skipped"),
+        std::string::npos)
+        << err;
+    EXPECT_NE(err.find(file), std::string::npos) << err;
+    EXPECT_NE(
+        ReadFile(c.out).find("\"restored_step\":" + std::to_string(restored)),
+        std::string::npos);
   };
   Train(with_steps(10), "first");
   const std::string shard = RunDir("c") + "/checkpoints/10/host0.bin";
@@ -469,28 +470,13 @@ TEST_F(TrainCommandTest, CorruptCheckpointFallsBackToThePreviousStep) {
     f.seekp(static_cast<std::streamoff>(size / 2));
     f.write(&byte, 1);
   }
-  Child flipped = Spawn(Args(with_steps(12)), {}, dir_.path(), "flipped");
-  ASSERT_EQ(WaitExit(flipped, 240), 0) << ReadFile(flipped.err);
-  const std::string flipped_err = ReadFile(flipped.err);
-  EXPECT_NE(flipped_err.find("checkpoint step 10 skipped"), std::string::npos)
-      << flipped_err;
-  EXPECT_NE(flipped_err.find("host0.bin"), std::string::npos) << flipped_err;
-  EXPECT_NE(ReadFile(flipped.out).find("\"restored_step\":5"),
-            std::string::npos);
+  ASSERT_NO_FATAL_FAILURE(expect_fallback(12, "flipped", 10, "host0.bin", 5));
 
   // That run saved steps 10 and 12 afresh; now truncate step 12's shard.
   const std::string shard12 = RunDir("c") + "/checkpoints/12/host0.bin";
   ASSERT_TRUE(fs::exists(shard12));
   fs::resize_file(shard12, fs::file_size(shard12) / 3);
-  Child truncated = Spawn(Args(with_steps(14)), {}, dir_.path(), "truncated");
-  ASSERT_EQ(WaitExit(truncated, 240), 0) << ReadFile(truncated.err);
-  const std::string truncated_err = ReadFile(truncated.err);
-  EXPECT_NE(truncated_err.find("checkpoint step 12 skipped"), std::string::npos)
-      << truncated_err;
-  EXPECT_NE(truncated_err.find("12/host0.bin"), std::string::npos)
-      << truncated_err;
-  EXPECT_NE(ReadFile(truncated.out).find("\"restored_step\":10"),
-            std::string::npos);
+  expect_fallback(14, "truncated", 12, "12/host0.bin", 10);
 }
 
 // A full disk at the third save (step 15; steps 5 and 10 are on disk, as a
@@ -505,9 +491,7 @@ TEST_F(TrainCommandTest, FailedSaveStopsAtTheNextStepAndResumesFromTheLast) {
                                          "per_device_batch_size=4",
                                          "max_num_checkpoints_to_keep=5"};
   auto named = [&](const std::string& run) {
-    std::vector<std::string> a = args;
-    a.push_back("run_name=" + run);
-    return a;
+    return With(args, {"run_name=" + run});
   };
   const std::vector<double> uninterrupted = Losses(Train(named("a"), "a"));
   ASSERT_EQ(uninterrupted.size(), 24u);
@@ -537,11 +521,7 @@ TEST_F(TrainCommandTest, FailedSaveStopsAtTheNextStepAndResumesFromTheLast) {
 
   nlohmann::json resumed = Train(named("b"), "b-second");
   EXPECT_EQ(resumed.value("restored_step", int64_t{-1}), 10);
-  const std::vector<double> losses = Losses(resumed);
-  ASSERT_EQ(losses.size(), 14u);
-  for (size_t i = 0; i < losses.size(); ++i) {
-    EXPECT_EQ(losses[i], uninterrupted[10 + i]) << "step " << 11 + i;
-  }
+  ExpectLossesFrom(resumed, 10, uninterrupted);
 }
 
 // metrics.jsonl on a full disk (/dev/full: every write is ENOSPC): the run
@@ -652,10 +632,8 @@ TEST_F(TrainCommandTest, MemoryEstimateMatchesPeakRss) {
        {"dtype=bf16", "per_device_batch_size=16", "ici_fsdp_parallelism=2",
         "--accelerator_type", "cpu-2"}}};
   for (const auto& [name, extra] : cases) {
-    std::vector<std::string> args = common;
-    args.insert(args.end(), extra.begin(), extra.end());
-    args.push_back("run_name=" + name);
-    Child c = Spawn(Args(args), {}, dir_.path(), name);
+    Child c = Spawn(Args(With(With(common, extra), {"run_name=" + name})), {},
+                    dir_.path(), name);
     rusage usage{};
     ASSERT_EQ(WaitExitWithUsage(c, 240, &usage), 0) << ReadFile(c.err);
     const nlohmann::json summary =

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <iostream>
 #include <thread>
@@ -54,6 +55,12 @@ CheckpointOptions SyncOptions(const std::string& dir) {
   return options;
 }
 
+CheckpointOptions AsyncOptions(const std::string& dir) {
+  CheckpointOptions options = SyncOptions(dir);
+  options.async = true;
+  return options;
+}
+
 void ExpectStepRestored(const RestoredState& state, int64_t step, int host) {
   EXPECT_EQ(state.step, step);
   EXPECT_EQ(state.host, host);
@@ -71,6 +78,36 @@ void ExpectStepRestored(const RestoredState& state, int64_t step, int host) {
 
 void SaveStep(CheckpointManager& manager, int64_t step, int host = 0) {
   ASSERT_TRUE(manager.Save(step, StepBlobs(step, host), {{"step", step}}).ok());
+}
+
+bool AllInline(int /*host*/) { return false; }
+
+// Runs `host_count` hosts of one job on threads, each with its own manager
+// on `dir` (asynchronous where `async(host)`) and a real barrier between
+// them, and returns the status each one's `run` returned.
+std::vector<Status> RunHosts(
+    int host_count, const std::string& dir,
+    const std::function<bool(int host)>& async,
+    const std::function<Status(CheckpointManager&, int host)>& run) {
+  std::barrier sync_point(host_count);
+  std::vector<Status> results(host_count);
+  std::vector<std::thread> hosts;
+  for (int host = 0; host < host_count; ++host) {
+    hosts.emplace_back([&, host] {
+      CheckpointOptions options = SyncOptions(dir);
+      options.host = host;
+      options.host_count = host_count;
+      options.async = async(host);
+      options.barrier = [&] {
+        sync_point.arrive_and_wait();
+        return OkStatus();
+      };
+      CheckpointManager manager(options);
+      results[host] = run(manager, host);
+    });
+  }
+  for (std::thread& t : hosts) t.join();
+  return results;
 }
 
 // Flips one bit at `offset` of `path`.
@@ -140,33 +177,17 @@ TEST(CheckpointTest, MultiHostRoundTripWithThreadsAndRealBarrier) {
   TempDir tmp;
   ASSERT_TRUE(tmp.ok());
   constexpr int kHosts = 4;
-  std::barrier sync_point(kHosts);
-  std::vector<Status> results(kHosts);
-  std::vector<std::thread> hosts;
-  for (int host = 0; host < kHosts; ++host) {
-    hosts.emplace_back([&, host] {
-      CheckpointOptions options;
-      options.directory = tmp.path();
-      options.host = host;
-      options.host_count = kHosts;
-      options.async = (host % 2 == 0);  // a mix of both modes
-      options.barrier = [&] {
-        sync_point.arrive_and_wait();
-        return OkStatus();
-      };
-      CheckpointManager manager(options);
-      for (int64_t step : {5, 6}) {
-        Status s = manager.Save(step, StepBlobs(step, host),
-                                {{"step", step}, {"host", host}});
-        if (!s.ok()) {
-          results[host] = s;
-          return;
+  const std::vector<Status> results = RunHosts(
+      kHosts, tmp.path(),
+      [](int host) { return host % 2 == 0; },  // a mix of both modes
+      [](CheckpointManager& manager, int host) {
+        for (int64_t step : {5, 6}) {
+          Status s = manager.Save(step, StepBlobs(step, host),
+                                  {{"step", step}, {"host", host}});
+          if (!s.ok()) return s;
         }
-      }
-      results[host] = manager.Wait();
-    });
-  }
-  for (std::thread& t : hosts) t.join();
+        return manager.Wait();
+      });
   for (int host = 0; host < kHosts; ++host) {
     EXPECT_TRUE(results[host].ok()) << host << ": " << results[host].message();
   }
@@ -199,9 +220,7 @@ TEST(CheckpointTest, AsyncSaveReturnsBeforeTheWriteEnds) {
   std::shared_future<void> released = release.get_future().share();
   std::promise<void> writing;
   int barrier_calls = 0;
-  CheckpointOptions options;
-  options.directory = tmp.path();
-  options.async = true;
+  CheckpointOptions options = AsyncOptions(tmp.path());
   options.barrier = [&] {
     if (++barrier_calls == 2) {
       writing.set_value();
@@ -236,9 +255,7 @@ TEST(CheckpointTest, AsyncSaveReturnsBeforeTheWriteEnds) {
 TEST(CheckpointTest, AsyncErrorIsReturnedByTheNextWait) {
   TempDir tmp;
   ASSERT_TRUE(tmp.ok());
-  CheckpointOptions options;
-  options.directory = tmp.path();
-  options.async = true;
+  CheckpointOptions options = AsyncOptions(tmp.path());
   bool fail = true;
   options.barrier = [&] {
     return fail ? Unavailable("host 1 vanished") : OkStatus();
@@ -371,9 +388,7 @@ TEST(CheckpointTest, UnwritableDirectoryIsNamed) {
   EXPECT_NE(status.message().find(file + "/checkpoints"), std::string::npos)
       << status.message();
 
-  CheckpointOptions async_options = SyncOptions(file + "/checkpoints");
-  async_options.async = true;
-  CheckpointManager async_manager(async_options);
+  CheckpointManager async_manager(AsyncOptions(file + "/checkpoints"));
   ASSERT_TRUE(async_manager.Save(1, StepBlobs(1, 0), {}).ok());
   status = async_manager.Wait();
   ASSERT_FALSE(status.ok());
@@ -414,6 +429,21 @@ bool ReapWithin(pid_t pid, int timeout_ms, int* wait_status) {
   return false;
 }
 
+// Runs `child` in a forked process that ignores SIGXFSZ (a write past a file
+// size limit then fails with EFBIG) and expects it to return 0 within 60 s.
+void ExpectChildReturnsZero(const std::function<int()>& child) {
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    ::_exit(child());
+  }
+  int wait_status = 0;
+  ASSERT_TRUE(ReapWithin(pid, 60000, &wait_status));
+  ASSERT_TRUE(WIFEXITED(wait_status));
+  EXPECT_EQ(WEXITSTATUS(wait_status), 0);
+}
+
 TEST(CheckpointTest, CompleteStepIsNeverOverwritten) {
   TempDir tmp;
   ASSERT_TRUE(tmp.ok());
@@ -432,9 +462,7 @@ TEST(CheckpointTest, CompleteStepIsNeverOverwritten) {
 TEST(CheckpointTest, AsyncSaveAfterAFailureReportsItAndStillSaves) {
   TempDir tmp;
   ASSERT_TRUE(tmp.ok());
-  CheckpointOptions options;
-  options.directory = tmp.path();
-  options.async = true;
+  CheckpointOptions options = AsyncOptions(tmp.path());
   int calls = 0;
   options.barrier = [&] {
     return ++calls == 1 ? Unavailable("peer lost") : OkStatus();
@@ -455,28 +483,12 @@ TEST(CheckpointTest, AsyncSaveAfterAFailureReportsItAndStillSaves) {
 TEST(CheckpointTest, AHostThatFailsPreventsTheCommitWithoutAHang) {
   TempDir tmp;
   ASSERT_TRUE(tmp.ok());
-  constexpr int kHosts = 3;
-  std::barrier sync_point(kHosts);
-  std::vector<Status> results(kHosts);
-  std::vector<std::thread> hosts;
-  for (int host = 0; host < kHosts; ++host) {
-    hosts.emplace_back([&, host] {
-      CheckpointOptions options;
-      options.directory = tmp.path();
-      options.host = host;
-      options.host_count = kHosts;
-      options.async = false;
-      options.barrier = [&] {
-        sync_point.arrive_and_wait();
-        return OkStatus();
-      };
-      CheckpointManager manager(options);
-      std::vector<Blob> blobs = StepBlobs(1, host);
-      if (host == 1) blobs.push_back(blobs.front());  // a duplicate name
-      results[host] = manager.Save(1, std::move(blobs), {});
-    });
-  }
-  for (std::thread& t : hosts) t.join();
+  const std::vector<Status> results = RunHosts(
+      3, tmp.path(), AllInline, [](CheckpointManager& manager, int host) {
+        std::vector<Blob> blobs = StepBlobs(1, host);
+        if (host == 1) blobs.push_back(blobs.front());  // a duplicate name
+        return manager.Save(1, std::move(blobs), {});
+      });
   EXPECT_EQ(results[1].code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(results[2].ok()) << results[2].message();
   ASSERT_FALSE(results[0].ok());
@@ -492,25 +504,18 @@ TEST(CheckpointTest, WriteErrorNamesTheFile) {
   // (ENOSPC); set in a child so that the test process keeps no limit.
   TempDir tmp;
   ASSERT_TRUE(tmp.ok());
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::signal(SIGXFSZ, SIG_IGN);
+  ASSERT_NO_FATAL_FAILURE(ExpectChildReturnsZero([&] {
     rlimit limit{1 << 20, 1 << 20};
-    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) ::_exit(2);
+    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) return 2;
     CheckpointManager manager(SyncOptions(tmp.path()));
     std::vector<Blob> blobs;
     blobs.push_back(MakeBlob("big", 4 << 20, 1));
     Status status = manager.Save(1, std::move(blobs), {});
     const std::string expected = tmp.path() + "/1.tmp/host0.bin: write failed";
-    ::_exit(!status.ok() && status.message().find(expected) != std::string::npos
-                ? 0
-                : 1);
-  }
-  int wait_status = 0;
-  ASSERT_TRUE(ReapWithin(pid, 60000, &wait_status));
-  ASSERT_TRUE(WIFEXITED(wait_status));
-  EXPECT_EQ(WEXITSTATUS(wait_status), 0);
+    return !status.ok() && status.message().find(expected) != std::string::npos
+               ? 0
+               : 1;
+  }));
   CheckpointManager reader(SyncOptions(tmp.path()));
   EXPECT_EQ(reader.LatestCompleteStep().status().code(), StatusCode::kNotFound);
 }
@@ -528,9 +533,7 @@ TEST(CheckpointTest, ProcessKilledMidSaveLeavesThePreviousStep) {
     // barrier (after the write) never returns, so the child can be killed
     // only before its commit, mid-write or just after it.
     ::close(pipe_fds[0]);
-    CheckpointOptions options;
-    options.directory = tmp.path();
-    options.async = false;
+    CheckpointOptions options = SyncOptions(tmp.path());
     CheckpointManager first(options);
     if (!first.Save(1, StepBlobs(1, 0), {{"step", 1}}).ok()) ::_exit(3);
     int calls = 0;
@@ -578,21 +581,15 @@ TEST(CheckpointTest, ProcessKilledMidSaveLeavesThePreviousStep) {
 TEST(CheckpointTest, FailedAsyncSaveIsPolledAndLeavesNoTrace) {
   TempDir tmp;
   ASSERT_TRUE(tmp.ok());
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::signal(SIGXFSZ, SIG_IGN);
-    CheckpointOptions options;
-    options.directory = tmp.path();
-    options.async = true;
-    CheckpointManager manager(options);
-    if (!manager.Save(1, StepBlobs(1, 0), {{"step", 1}}).ok()) ::_exit(2);
-    if (!manager.Wait().ok()) ::_exit(3);
+  ASSERT_NO_FATAL_FAILURE(ExpectChildReturnsZero([&] {
+    CheckpointManager manager(AsyncOptions(tmp.path()));
+    if (!manager.Save(1, StepBlobs(1, 0), {{"step", 1}}).ok()) return 2;
+    if (!manager.Wait().ok()) return 3;
     rlimit limit{1 << 20, RLIM_INFINITY};
-    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) ::_exit(4);
+    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) return 4;
     std::vector<Blob> blobs;
     blobs.push_back(MakeBlob("big", 4 << 20, 1));
-    if (!manager.Save(2, std::move(blobs), {}).ok()) ::_exit(5);
+    if (!manager.Save(2, std::move(blobs), {}).ok()) return 5;
     Status polled;
     for (int i = 0; i < 6000 && polled.ok(); ++i) {
       polled = manager.Poll();
@@ -603,14 +600,10 @@ TEST(CheckpointTest, FailedAsyncSaveIsPolledAndLeavesNoTrace) {
                                  "large";
     if (polled.message() != expected) {
       std::fprintf(stderr, "polled: '%s'\n", polled.message().c_str());
-      ::_exit(6);
+      return 6;
     }
-    ::_exit(manager.Poll().ok() && manager.Wait().ok() ? 0 : 7);
-  }
-  int wait_status = 0;
-  ASSERT_TRUE(ReapWithin(pid, 60000, &wait_status));
-  ASSERT_TRUE(WIFEXITED(wait_status));
-  EXPECT_EQ(WEXITSTATUS(wait_status), 0);
+    return manager.Poll().ok() && manager.Wait().ok() ? 0 : 7;
+  }));
   EXPECT_FALSE(fs::exists(tmp.path() + "/2.tmp"));
   EXPECT_FALSE(fs::exists(tmp.path() + "/2"));
   CheckpointManager reader(SyncOptions(tmp.path()));
@@ -623,8 +616,7 @@ TEST(CheckpointTest, FailedAsyncSaveIsPolledAndLeavesNoTrace) {
 TEST(CheckpointTest, PollIsOkWhileASaveIsInFlight) {
   TempDir tmp;
   ASSERT_TRUE(tmp.ok());
-  CheckpointOptions options;
-  options.directory = tmp.path();
+  CheckpointOptions options = AsyncOptions(tmp.path());
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
   int calls = 0;
@@ -648,29 +640,14 @@ TEST(CheckpointTest, FailedSaveOfAPeerIsCleanedUpByHostZero) {
   TempDir tmp;
   ASSERT_TRUE(tmp.ok());
   constexpr int kHosts = 3;
-  std::barrier sync_point(kHosts);
-  std::vector<Status> results(kHosts);
-  std::vector<std::thread> hosts;
-  for (int host = 0; host < kHosts; ++host) {
-    hosts.emplace_back([&, host] {
-      CheckpointOptions options;
-      options.directory = tmp.path();
-      options.host = host;
-      options.host_count = kHosts;
-      options.async = false;
-      options.barrier = [&] {
-        sync_point.arrive_and_wait();
-        return OkStatus();
-      };
-      CheckpointManager manager(options);
-      results[host] = manager.Save(1, StepBlobs(1, host), {{"step", 1}});
-      if (!results[host].ok()) return;
-      std::vector<Blob> blobs = StepBlobs(2, host);
-      if (host == 2) blobs.push_back(blobs.front());  // a duplicate name
-      results[host] = manager.Save(2, std::move(blobs), {});
-    });
-  }
-  for (std::thread& t : hosts) t.join();
+  const std::vector<Status> results = RunHosts(
+      kHosts, tmp.path(), AllInline, [](CheckpointManager& manager, int host) {
+        Status saved = manager.Save(1, StepBlobs(1, host), {{"step", 1}});
+        if (!saved.ok()) return saved;
+        std::vector<Blob> blobs = StepBlobs(2, host);
+        if (host == 2) blobs.push_back(blobs.front());  // a duplicate name
+        return manager.Save(2, std::move(blobs), {});
+      });
   EXPECT_EQ(results[2].code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(results[1].ok()) << results[1].message();
   EXPECT_NE(results[0].message().find("2.tmp/host2.json is missing"),
@@ -699,30 +676,18 @@ TEST(CheckpointTest, AbstainingHostPreventsTheCommit) {
     TempDir tmp;
     ASSERT_TRUE(tmp.ok());
     constexpr int kHosts = 2;
-    std::barrier sync_point(kHosts);
-    std::vector<Status> first(kHosts), second(kHosts);
-    std::vector<std::thread> hosts;
-    for (int host = 0; host < kHosts; ++host) {
-      hosts.emplace_back([&, host] {
-        CheckpointOptions options;
-        options.directory = tmp.path();
-        options.host = host;
-        options.host_count = kHosts;
-        options.async = host == 1;
-        options.barrier = [&] {
-          sync_point.arrive_and_wait();
-          return OkStatus();
-        };
-        CheckpointManager manager(options);
-        first[host] = host == abstainer
-                          ? manager.Abstain(1, Internal("metrics lost"))
-                          : manager.Save(1, StepBlobs(1, host), {{"step", 1}});
-        if (first[host].ok()) first[host] = manager.Wait();
-        second[host] = manager.Save(2, StepBlobs(2, host), {{"step", 2}});
-        if (second[host].ok()) second[host] = manager.Wait();
-      });
-    }
-    for (std::thread& t : hosts) t.join();
+    std::vector<Status> first(kHosts);
+    const std::vector<Status> second = RunHosts(
+        kHosts, tmp.path(), [](int host) { return host == 1; },
+        [&](CheckpointManager& manager, int host) {
+          first[host] =
+              host == abstainer
+                  ? manager.Abstain(1, Internal("metrics lost"))
+                  : manager.Save(1, StepBlobs(1, host), {{"step", 1}});
+          if (first[host].ok()) first[host] = manager.Wait();
+          Status saved = manager.Save(2, StepBlobs(2, host), {{"step", 2}});
+          return saved.ok() ? manager.Wait() : saved;
+        });
     const std::string at = "abstainer " + std::to_string(abstainer);
     EXPECT_TRUE(first[abstainer].ok()) << at << first[abstainer].message();
     if (abstainer == 1) {
