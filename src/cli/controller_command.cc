@@ -4,7 +4,6 @@
 // directory under the data dir. Runs until SIGTERM or SIGINT; then stops the
 // agents (which stop their workers), reaps them, and exits 0.
 #include <fcntl.h>
-#include <pwd.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -25,6 +24,7 @@
 #include "cli/flags.h"
 #include "control/controller.h"
 #include "control/http.h"
+#include "control/process.h"
 #include "runtime/launcher.h"
 #include "runtime/mesh/topology.h"
 
@@ -78,8 +78,19 @@ int Fail(int code, const std::string& message) {
   return code;
 }
 
+// "uids:BASE": local agent i runs its workers as uid BASE+1+i, group BASE,
+// so that workers of different local hosts (different queued resources)
+// cannot read each other's processes; otherwise the one user for all.
+std::string LocalWorkerUser(const ControllerCommandFlags& flags, int index) {
+  const std::string& u = flags.local_worker_user;
+  if (u.rfind("uids:", 0) != 0) return u;
+  const long base = std::strtol(u.c_str() + 5, nullptr, 10);
+  return std::to_string(base + 1 + index) + ":" + std::to_string(base);
+}
+
 pid_t SpawnAgent(const std::string& url, const std::string& token_file,
-                 const ControllerCommandFlags& flags, const std::string& dir) {
+                 const ControllerCommandFlags& flags, const std::string& dir,
+                 int index) {
   std::vector<std::string> args = {runtime::SelfExecutable(),
                                    "agent",
                                    "--controller",
@@ -93,7 +104,7 @@ pid_t SpawnAgent(const std::string& url, const std::string& token_file,
                                    "--workdir",
                                    dir};
   if (!flags.local_worker_user.empty()) {
-    args.insert(args.end(), {"--worker-user", flags.local_worker_user});
+    args.insert(args.end(), {"--worker-user", LocalWorkerUser(flags, index)});
   }
   const std::string log = dir + "/agent.log";
   // Everything the child needs is built before fork: the controller's
@@ -197,13 +208,21 @@ int RunController(const ControllerCommandFlags& flags) {
   options.token = *token;
   options.agent_token = *agent_token;
   if (!flags.local_worker_user.empty()) {
-    const passwd* user = ::getpwnam(flags.local_worker_user.c_str());
-    if (user == nullptr) {
-      return Fail(2, "--local-worker-user: no user '" +
-                         flags.local_worker_user + "' on this host");
+    const bool per_host = flags.local_worker_user.rfind("uids:", 0) == 0;
+    const std::string first = LocalWorkerUser(flags, 0);
+    Result<control::UserIds> user =
+        control::ResolveUser("--local-worker-user", first);
+    if (!user.ok() ||
+        (per_host && first.rfind(std::to_string(user->gid + 1), 0) != 0)) {
+      return Fail(2, user.ok() ? "--local-worker-user: 'uids:BASE' needs a "
+                                 "positive BASE"
+                               : user.status().message());
     }
-    options.file_store_uid = static_cast<int>(user->pw_uid);
-    options.file_store_gid = static_cast<int>(user->pw_gid);
+    // Each run's file store: the workers' user, or (one user per host) the
+    // group they share, read and written by the group.
+    options.file_store_uid = per_host ? 0 : user->uid;
+    options.file_store_gid = user->gid;
+    options.file_store_group_access = per_host;
   }
   options.bind_address = flags.bind;
   options.advertise_address =
@@ -239,7 +258,7 @@ int RunController(const ControllerCommandFlags& flags) {
   for (int i = 0; i < flags.local_hosts; ++i) {
     const std::string dir = data_dir + "/hosts/local-" + std::to_string(i);
     std::filesystem::create_directories(dir, ec);
-    pid_t pid = SpawnAgent(url, agent_token_file, flags, dir);
+    pid_t pid = SpawnAgent(url, agent_token_file, flags, dir, i);
     if (pid < 0) {
       std::fprintf(stderr, "%s: cannot start agent %d\n", kName, i);
       continue;
@@ -352,10 +371,12 @@ void AddControllerCommand(CLI::App& root, CommandTable& table) {
              "Host agents to run on this machine.")
       ->capture_default_str();
   AddStringFlag(cmd, "local_worker_user", &flags->local_worker_user,
-                "The local agents run their workers as this user, who can "
-                "read none of the controller's or the agents' secrets: the "
-                "isolation of one queued resource's jobs from another's on "
-                "one machine (docs/control.md, Threat model).");
+                "The local agents run their workers as this user (a name, or "
+                "UID:GID), who can read none of the controller's or the "
+                "agents' secrets; 'uids:BASE' gives local agent i the uid "
+                "BASE+1+i (group BASE), so that the jobs of different local "
+                "hosts cannot read each other either (docs/control.md, "
+                "Threat model).");
   AddStringFlag(cmd, "local_accelerator_type", &flags->local_accelerator_type,
                 "Accelerator type of the local hosts.")
       ->capture_default_str();

@@ -73,6 +73,7 @@ struct ControllerOptions {
   // local agents run workers as (controller --local-worker-user); -1: ours.
   int file_store_uid = -1;
   int file_store_gid = -1;
+  bool file_store_group_access = false;  // 0770 rather than 0700
 };
 
 class Controller {

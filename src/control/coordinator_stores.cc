@@ -94,7 +94,12 @@ Result<std::string> CoordinatorStores::For(
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) return Internal("cannot create " + dir + ": " + ec.message());
-    std::filesystem::permissions(dir, std::filesystem::perms::owner_all, ec);
+    std::filesystem::permissions(dir,
+                                 options_.file_store_group_access
+                                     ? std::filesystem::perms::owner_all |
+                                           std::filesystem::perms::group_all
+                                     : std::filesystem::perms::owner_all,
+                                 ec);
     if (options_.file_store_uid >= 0 &&
         ::chown(dir.c_str(), options_.file_store_uid,
                 options_.file_store_gid) != 0) {

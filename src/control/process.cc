@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -445,6 +446,30 @@ class RealProcessLauncher final : public ProcessLauncher {
 };
 
 }  // namespace
+
+Result<UserIds> ResolveUser(const std::string& field, const std::string& user) {
+  const size_t colon = user.find(':');
+  if (colon != std::string::npos) {
+    char* end = nullptr;
+    const long uid = std::strtol(user.c_str(), &end, 10);
+    const bool uid_ok = end == user.c_str() + colon && colon > 0;
+    const long gid = std::strtol(user.c_str() + colon + 1, &end, 10);
+    if (uid_ok && *end == '\0' && colon + 1 < user.size() && uid > 0 &&
+        gid > 0 && uid < (1L << 31) && gid < (1L << 31)) {
+      return UserIds{static_cast<int>(uid), static_cast<int>(gid)};
+    }
+    return InvalidArgument(field + ": '" + user +
+                           "' is not UID:GID with two positive numbers");
+  }
+  const passwd* entry = ::getpwnam(user.c_str());
+  if (entry == nullptr || entry->pw_uid == 0) {
+    return InvalidArgument(field + ": '" + user +
+                           "' is not a user of this host other than root "
+                           "(or UID:GID)");
+  }
+  return UserIds{static_cast<int>(entry->pw_uid),
+                 static_cast<int>(entry->pw_gid)};
+}
 
 int64_t BootTimeNs() {
   timespec now{};

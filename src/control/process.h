@@ -55,6 +55,15 @@ struct ProcessSpec {
 // How often a guardian reads its lease.
 inline constexpr int kLeasePollMs = 100;
 
+// A user to run workers as: a name of this host's passwd database (its uid
+// and primary group), or "UID:GID" in numbers (no passwd entry needed).
+// InvalidArgument naming `field` otherwise.
+struct UserIds {
+  int uid = -1;
+  int gid = -1;
+};
+Result<UserIds> ResolveUser(const std::string& field, const std::string& user);
+
 // CLOCK_BOOTTIME (which counts a suspended machine's sleep too), in ns.
 int64_t BootTimeNs();
 // Atomically replaces the lease file `path` with `deadline_ns` (a

@@ -395,7 +395,8 @@ TEST(RepairTest, FrozenAgentNeverRunsTwoAttemptsOfASlice) {
 // its guardian's command line, --token-file) and exec as root on another
 // queued resource's host. Now a host's agent accepts only that host's
 // secret, agents hold only a registration token, and with
-// --local-worker-user the workers run as a user who can read neither.
+// --local-worker-user the workers run as users who can read neither, nor
+// each other's processes.
 TEST(RepairTest, AWorkerCannotExecOnAnotherQueuedResourcesHost) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to run workers as nobody";
   TempDir dir;
@@ -403,7 +404,8 @@ TEST(RepairTest, AWorkerCannotExecOnAnotherQueuedResourcesHost) {
   std::filesystem::permissions(
       dir.path(),
       std::filesystem::perms::owner_all | std::filesystem::perms::others_exec);
-  LocalCluster cluster(dir.path(), {"--local-worker-user", "nobody"});
+  // One uid per local host (70001, 70002, ...; group 70000).
+  LocalCluster cluster(dir.path(), {"--local-worker-user", "uids:70000"});
   ASSERT_TRUE(cluster.ready());
   ASSERT_TRUE(WaitFor([&] { return cluster.Hosts().size() == 3; },
                       std::chrono::seconds(15)));
@@ -437,6 +439,10 @@ done
 for f in $candidates /proc/[0-9]*/environ; do
   if [ -r "$f" ] && t=$(head -c 4096 "$f" 2>/dev/null | tr '\0=' '  '); then
     echo "read $f ok" >> $out.files
+    if head -c 65536 "$f" | tr '\0' '\n' | grep -q "^MULTISLICE_RUN_ID=" &&
+       ! head -c 65536 "$f" | tr '\0' '\n' | grep -qx "MULTISLICE_RUN_ID=$MULTISLICE_RUN_ID"; then
+      echo "foreign environment $f" >> $out.files
+    fi
     for word in $t; do
       [ ${#word} -ge 16 ] && try "$word" "file:$f"
     done
@@ -470,6 +476,10 @@ exec sleep 600
             std::string::npos)
       << all_files;
   EXPECT_EQ(all_files.find("uid 0\n"), std::string::npos) << "runs as root";
+  // Nor the environment (rendezvous address and credentials) of the other
+  // queued resource's worker.
+  EXPECT_EQ(all_files.find("foreign environment"), std::string::npos)
+      << all_files;
   std::ifstream attempts(report + "/attempts");
   int tried = 0, refused = 0;
   while (std::getline(attempts, line)) {

@@ -739,13 +739,9 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentOptions options) {
   ::unlink(impl->LeasePath().c_str());
   impl->table->set_lease_path(impl->LeasePath());
   if (!impl->options.worker_user.empty()) {
-    const passwd *user = ::getpwnam(impl->options.worker_user.c_str());
-    if (user == nullptr) {
-      return InvalidArgument("--worker-user: no user '" +
-                             impl->options.worker_user + "' on this host");
-    }
-    impl->table->set_worker_user(static_cast<int>(user->pw_uid),
-                                 static_cast<int>(user->pw_gid));
+    ASSIGN_OR_RETURN(UserIds user,
+                     ResolveUser("--worker-user", impl->options.worker_user));
+    impl->table->set_worker_user(user.uid, user.gid);
     // Workers under another user may not read this process's memory.
     ::prctl(PR_SET_DUMPABLE, 0);
   }
