@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "common/temp_dir.h"
+#include "control/control_testing.h"
 #include "control/fake_agent.h"
 #include "control/http.h"
 #include "gtest/gtest.h"
@@ -26,71 +27,14 @@ namespace multislice::control {
 namespace {
 
 using nlohmann::json;
+using testing::CpuBody;
 using testing::FakeAgent;
+using testing::kSeedBody;
+using testing::WaitFor;
 using Clock = std::chrono::steady_clock;
 
 const char kToken[] = "test-token";
 const char kParent[] = "/v2alpha1/projects/proj/locations/us-test1-a";
-
-// The seed's queued-resource-req.json with its placeholders filled in (and
-// its missing comma after "tags" restored).
-const char kSeedBody[] = R"({
-"guaranteed": { "reserved": true },
-"tpu": {
-    "node_spec": [
-    {
-    "parent": "projects/123/locations/us-test1-a",
-        "node": {
-        "accelerator_type": "v4-16",
-        "runtime_version": "tpu-ubuntu2204-base",
-        "network_config": {
-            "network": "default",
-            "subnetwork": "default",
-            "enable_external_ips": true
-        },
-        "tags" : ["example-tag-1"],
-        "metadata": {
-            "startup-script": "#!/bin/bash\necho hello"
-        }
-    },
-    "multi_node_params": {
-        "node_count": 2,
-        "node_id_prefix": "seed-qr"
-    }
-    }
-    ]
-}
-}
-)";
-
-json CpuBody(int nodes, const std::string& tier = "",
-             const std::string& script = "sleep 1000") {
-  json node_spec = {{"parent", "projects/proj/locations/us-test1-a"},
-                    {"node",
-                     {{"accelerator_type", "cpu-2"},
-                      {"runtime_version", "v2-alpha"},
-                      {"metadata", {{"startup-script", script}}}}}};
-  if (nodes == 1) {
-    node_spec["node_id"] = "single";
-  } else {
-    node_spec["multi_node_params"] = {{"node_count", nodes}};
-  }
-  json body = {{"tpu", {{"node_spec", {node_spec}}}}};
-  if (tier == "reserved") body["guaranteed"] = {{"reserved", true}};
-  if (tier == "spot") body["spot"] = json::object();
-  if (tier == "best-effort") body["best_effort"] = json::object();
-  return body;
-}
-
-bool WaitFor(const std::function<bool()>& done,
-             std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return done();
-}
 
 class ControllerTest : public ::testing::Test {
  protected:
