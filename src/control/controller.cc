@@ -152,6 +152,14 @@ Status Controller::Impl::Init() {
   server_thread_ = std::thread([this] { server_.listen_after_bind(); });
   agent_server_thread_ =
       std::thread([this] { agent_server_.listen_after_bind(); });
+  // cpp-httplib's stop() does nothing before its listen loop runs: wait
+  // for both, so that a Stop() right after Start() cannot hang.
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!(server_.is_running() && agent_server_.is_running()) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   reconciler_->Start();
   return OkStatus();
 }

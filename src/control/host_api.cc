@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "control/agent_capacity.h"
+#include "control/validation.h"
 #include "runtime/mesh/topology.h"
 
 namespace multislice::control {
@@ -129,7 +130,9 @@ void HostApi::HandleRegister(const httplib::Request& req,
 void HostApi::HandleHeartbeat(const httplib::Request& req,
                               httplib::Response& res) {
   const std::string id = req.matches[1];
-  json body = json::parse(req.body, nullptr, false);
+  // Bounded like every body (depth, UTF-8): a heartbeat's workers are kept.
+  Result<json> parsed = ParseJsonText(req.body);
+  const json body = parsed.ok() ? *std::move(parsed) : json();
   std::lock_guard<std::mutex> lock(state_.mu);
   auto it = state_.hosts.find(id);
   // Only the host itself may beat for it (its secret; hosts registered
@@ -141,7 +144,13 @@ void HostApi::HandleHeartbeat(const httplib::Request& req,
   if (!RequireBearer(req, res, credential)) return;
   if (it == state_.hosts.end() || it->second.lost) {
     WriteError(res, 404, "NOT_FOUND",
-               "host " + id + " is not registered (register again)");
+               "host " + QuoteForMessage(id) +
+                   " is not registered (register "
+                   "again)");
+    return;
+  }
+  if (!parsed.ok()) {
+    WriteError(res, 400, "INVALID_ARGUMENT", parsed.status().message());
     return;
   }
   it->second.last_heartbeat = SteadyMs();

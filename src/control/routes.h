@@ -8,6 +8,7 @@
 
 #include "control/api_types.h"
 #include "control/http.h"
+#include "control/validation.h"
 
 namespace multislice::control {
 
@@ -28,7 +29,8 @@ inline QueuedResourceRecord* FoundOr404(QueuedResourceRecord* r,
                                         const std::string& key,
                                         httplib::Response& res) {
   if (!r) {
-    WriteError(res, 404, "NOT_FOUND", "queued resource " + key + " not found");
+    WriteError(res, 404, "NOT_FOUND",
+               "queued resource " + QuoteForMessage(key) + " not found");
   }
   return r;
 }

@@ -255,6 +255,10 @@ Status CheckJsonText(std::string_view text, int max_depth) {
   bool in_string = false;
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
+    if (c == '\0') {  // the parser would stop there and ignore the rest
+      return InvalidArgument("malformed JSON at " + TextPosition(text, i) +
+                             ": a NUL byte");
+    }
     if (in_string) {
       if (c == '\\') {
         ++i;  // the escaped character cannot end the string
