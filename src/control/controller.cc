@@ -20,6 +20,7 @@
 #include "control/http.h"
 #include "control/public_api.h"
 #include "control/reconciler.h"
+#include "control/resource_api.h"
 
 namespace multislice::control {
 
@@ -109,6 +110,7 @@ class Controller::Impl {
   std::unique_ptr<AgentCapacity> capacity_;
   std::unique_ptr<PublicApi> public_api_;
   std::unique_ptr<HostApi> host_api_;
+  std::unique_ptr<ResourceApi> resource_api_;
   std::unique_ptr<Reconciler> reconciler_;
   httplib::Server server_;
   httplib::Server agent_server_;  // the agents' channel only
@@ -146,6 +148,7 @@ Status Controller::Impl::Init() {
   capacity_ = std::make_unique<AgentCapacity>(options_);
   public_api_ = std::make_unique<PublicApi>(*state_);
   host_api_ = std::make_unique<HostApi>(*state_);
+  resource_api_ = std::make_unique<ResourceApi>(*state_);
   reconciler_ = std::make_unique<Reconciler>(*state_, *capacity_);
   ConfigureServer();
   RETURN_IF_ERROR(Listen());
@@ -184,6 +187,7 @@ void Controller::Impl::ConfigureServer() {
   server_.set_read_timeout(5, 0);
   SetErrorHandlers(server_);
   public_api_->Mount(server_, options_.token);
+  resource_api_->Mount(server_, options_.token);
   host_api_->Mount(server_, options_.token);
   agent_server_.new_task_queue = [n = options_.agent_http_threads] {
     return new httplib::ThreadPool(static_cast<size_t>(n));

@@ -854,6 +854,76 @@ TEST_F(ControllerTest, LongLostHostsAreForgotten) {
   EXPECT_FALSE(listed().count(id));
 }
 
+// Issue 13 (first part): what Google's client libraries call beside queued
+// resources. The create takes the id as queuedResourceId too (their name
+// for it), and the nodes a queued resource made are visible as nodes.
+TEST_F(ControllerTest,
+       NodesAcceleratorTypesRuntimeVersionsLocationsOperations) {
+  ControllerOptions options;
+  options.reconcile_interval = std::chrono::milliseconds(20);
+  StartController(options);
+  AddAgent();
+  AddAgent();
+  const json body = CpuBody(2);
+  const std::string qrs = std::string(kParent) + "/queuedResources";
+  EXPECT_EQ(
+      Call("POST", qrs + "?queued_resource_id=a&queuedResourceId=b", &body)
+          .status,
+      400);
+  ASSERT_EQ(Call("POST", qrs + "?queuedResourceId=libs", &body).status, 200);
+  ASSERT_TRUE(WaitState("libs", "ACTIVE"));
+  for (const char* api : {"/v2alpha1", "/v2"}) {
+    const std::string parent =
+        std::string(api) + "/projects/proj/locations/us-test1-a";
+    HttpResponse nodes = Call("GET", parent + "/nodes");
+    ASSERT_EQ(nodes.status, 200) << nodes.body.dump();
+    ASSERT_EQ(nodes.body["nodes"].size(), 2u) << nodes.body.dump();
+    const json& node = nodes.body["nodes"][0];
+    EXPECT_EQ(node["name"], "projects/proj/locations/us-test1-a/nodes/libs-0");
+    EXPECT_EQ(node["state"], "READY");
+    EXPECT_EQ(node["acceleratorType"], "cpu-2");
+    EXPECT_EQ(node["queuedResource"],
+              "projects/proj/locations/us-test1-a/queuedResources/libs");
+    EXPECT_EQ(node["networkEndpoints"].size(), 1u);
+    EXPECT_EQ(Call("GET", parent + "/nodes/libs-1").body["name"],
+              "projects/proj/locations/us-test1-a/nodes/libs-1");
+    EXPECT_EQ(Call("GET", parent + "/nodes/nope").status, 404);
+    EXPECT_EQ(Call("GET", parent + "/nodes?pageSize=1").body["nodes"].size(),
+              1u);
+    const json types = Call("GET", parent + "/acceleratorTypes").body;
+    ASSERT_EQ(types["acceleratorTypes"].size(), 1u) << types.dump();
+    EXPECT_EQ(types["acceleratorTypes"][0]["type"], "cpu-2");
+    EXPECT_EQ(Call("GET", parent + "/acceleratorTypes/v4-8").body["type"],
+              "v4-8");
+    EXPECT_EQ(Call("GET", parent + "/acceleratorTypes/v9-8").status, 404);
+    const json versions = Call("GET", parent + "/runtimeVersions").body;
+    EXPECT_EQ(versions["runtimeVersions"][0]["version"], "tpu-ubuntu2204-base");
+    EXPECT_EQ(
+        Call("GET", parent + "/runtimeVersions/tpu-ubuntu2204-base").status,
+        200);
+    const json ops = Call("GET", parent + "/operations").body;
+    ASSERT_GE(ops["operations"].size(), 1u) << ops.dump();
+    const std::string op = ops["operations"][0]["name"];
+    const std::string op_path =
+        std::string(api) + "/" + op.substr(0, op.size());
+    EXPECT_EQ(Call("POST", op_path + ":cancel").status, 200);
+    EXPECT_EQ(Call("DELETE", op_path).status, 200);
+    EXPECT_EQ(Call("POST", parent + "/operations/operation-none:cancel").status,
+              404);
+  }
+  for (const char* api : {"/v1", "/v2alpha1", "/v2"}) {
+    const json locations =
+        Call("GET", std::string(api) + "/projects/proj/locations").body;
+    ASSERT_EQ(locations["locations"].size(), 1u) << locations.dump();
+    EXPECT_EQ(locations["locations"][0]["locationId"], "us-test1-a");
+    EXPECT_EQ(
+        Call("GET", std::string(api) + "/projects/proj/locations/us-test1-a")
+            .body["name"],
+        "projects/proj/locations/us-test1-a");
+  }
+  EXPECT_EQ(Call("GET", "/v1/projects/proj/locations/mars-1").status, 404);
+}
+
 TEST_F(ControllerTest, ReservedPreemptsSpotWhichKeepsQuotaUntilDeleted) {
   ControllerOptions options;
   options.reconcile_interval = std::chrono::milliseconds(20);

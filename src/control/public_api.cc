@@ -51,6 +51,11 @@ void PublicApi::Mount(httplib::Server& server, const std::string& token) {
   server.Post(qr + ":reset", authed(&PublicApi::HandleReset));
   server.Get(base + R"(/operations/([^/]+))",
              authed(&PublicApi::HandleOperation));
+  server.Get(base + "/operations", authed(&PublicApi::HandleListOperations));
+  server.Post(base + R"(/operations/([^/:]+):cancel)",
+              authed(&PublicApi::HandleForgetOperation));
+  server.Delete(base + R"(/operations/([^/:]+))",
+                authed(&PublicApi::HandleForgetOperation));
 }
 
 void PublicApi::HandleCreate(const httplib::Request& req,
@@ -63,7 +68,15 @@ void PublicApi::HandleCreate(const httplib::Request& req,
     return;
   }
   if (!Valid(ValidateParent(project, zone, false), res)) return;
-  const std::string id = req.get_param_value("queued_resource_id");
+  // The seed's curl form, and the name Google's client libraries send.
+  std::string id = req.get_param_value("queued_resource_id");
+  const std::string camel = req.get_param_value("queuedResourceId");
+  if (!id.empty() && !camel.empty() && id != camel) {
+    WriteError(res, 400, "INVALID_ARGUMENT",
+               "queued_resource_id and queuedResourceId differ: give one");
+    return;
+  }
+  if (id.empty()) id = camel;
   if (id.empty()) {
     WriteError(res, 400, "INVALID_ARGUMENT", "queued_resource_id: is required");
     return;
@@ -254,6 +267,55 @@ void PublicApi::HandleOperation(const httplib::Request& req,
     return;
   }
   WriteJson(res, 200, it->second.ToApi());
+}
+
+void PublicApi::HandleListOperations(const httplib::Request& req,
+                                     httplib::Response& res) {
+  const std::string project = req.matches[2], zone = req.matches[3];
+  if (!Valid(ValidateParent(project, zone, true), res)) return;
+  Result<int> page_size = ParsePageSize(
+      req.has_param("pageSize") ? req.get_param_value("pageSize") : "0");
+  if (!Valid(page_size.status(), res)) return;
+  Result<int64_t> from = ParsePageToken(req.get_param_value("pageToken"));
+  if (!Valid(from.status(), res)) return;
+  const std::string prefix = "projects/" + project + "/locations/" +
+                             (zone == "-" ? std::string() : zone + "/");
+  std::lock_guard<std::mutex> lock(state_.mu);
+  std::vector<const OperationRecord*> matching;
+  for (const auto& [name, op] : state_.ops) {
+    if (name.rfind(prefix, 0) == 0) matching.push_back(&op);
+  }
+  std::sort(matching.begin(), matching.end(), [](const auto* a, const auto* b) {
+    return a->create_ms != b->create_ms ? a->create_ms < b->create_ms
+                                        : a->name < b->name;
+  });
+  const size_t begin = std::min(matching.size(), static_cast<size_t>(*from));
+  const size_t end =
+      std::min(matching.size(), begin + static_cast<size_t>(*page_size));
+  json out = {{"operations", json::array()}};
+  for (size_t i = begin; i < end; ++i) {
+    out["operations"].push_back(matching[i]->ToApi());
+  }
+  if (end < matching.size()) out["nextPageToken"] = FormatPageToken(end);
+  WriteJson(res, 200, out);
+}
+
+void PublicApi::HandleForgetOperation(const httplib::Request& req,
+                                      httplib::Response& res) {
+  if (!Valid(ValidateOperationName(req.matches[2].str(), req.matches[3].str(),
+                                   req.matches[4].str()),
+             res)) {
+    return;
+  }
+  const std::string name = "projects/" + req.matches[2].str() + "/locations/" +
+                           req.matches[3].str() + "/operations/" +
+                           req.matches[4].str();
+  std::lock_guard<std::mutex> lock(state_.mu);
+  if (!state_.ops.count(name)) {
+    WriteError(res, 404, "NOT_FOUND", "operation " + name + " not found");
+    return;
+  }
+  WriteJson(res, 200, json::object());
 }
 
 }  // namespace multislice::control

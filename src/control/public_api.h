@@ -24,6 +24,14 @@ class PublicApi {
   void HandleDelete(const httplib::Request& req, httplib::Response& res);
   void HandleReset(const httplib::Request& req, httplib::Response& res);
   void HandleOperation(const httplib::Request& req, httplib::Response& res);
+  void HandleListOperations(const httplib::Request& req,
+                            httplib::Response& res);
+  // operations.cancel and operations.delete: the operation must exist; the
+  // answer is google.protobuf.Empty. Neither changes the transition under
+  // way (a delete of the queued resource is how a user stops one), as the
+  // long-running-operations API allows ("best effort").
+  void HandleForgetOperation(const httplib::Request& req,
+                             httplib::Response& res);
   // The end of a user's change to an existing queued resource (delete,
   // reset): persists `r` with its new operation, makes them current, wakes
   // the reconcile loop and answers the operation. Holds mu.
