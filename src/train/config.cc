@@ -8,6 +8,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -18,6 +19,7 @@
 #include <set>
 #include <type_traits>
 #include <variant>
+#include <vector>
 
 namespace multislice {
 namespace {
@@ -99,11 +101,59 @@ const Field kFields[] = {
     {"log_period", &TrainConfig::log_period, "steps between log lines"},
 };
 
+// MaxText's names for the same keys (its model-size names, and the
+// checkpoint key of older MaxText the seed's recovery script uses).
+const std::pair<const char*, const char*> kAliases[] = {
+    {"save_period", "checkpoint_period"},
+    {"base_emb_dim", "emb_dim"},
+    {"base_num_decoder_layers", "num_decoder_layers"},
+    {"base_mlp_dim", "mlp_dim"},
+    {"base_num_query_heads", "num_heads"},
+};
+
 const Field* FindField(const std::string& name) {
+  std::string canonical = name;
+  for (const auto& [alias, key] : kAliases) {
+    if (name == alias) canonical = key;
+  }
   for (const Field& field : kFields) {
-    if (name == field.name) return &field;
+    if (canonical == field.name) return &field;
   }
   return nullptr;
+}
+
+// Levenshtein distance, for "did you mean".
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
+                         diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The known key (or alias) closest to `key`, when it is close enough to be
+// a slip: at most a third of its length away (and 3 edits).
+std::string Suggestion(const std::string& key) {
+  std::string best;
+  size_t best_distance = std::min<size_t>(3, key.size() / 3 + 1);
+  auto consider = [&](const char* name) {
+    const size_t d = EditDistance(key, name);
+    if (d < best_distance || (d == best_distance && best.empty())) {
+      best = name;
+      best_distance = d;
+    }
+  };
+  for (const Field& field : kFields) consider(field.name);
+  for (const auto& [alias, canonical] : kAliases) consider(alias);
+  return best;
 }
 
 std::string KnownKeysList() {
@@ -194,6 +244,11 @@ Status SetField(const Field& field, const std::string& text,
 }
 
 Status UnknownKey(const std::string& key, const std::string& where) {
+  const std::string suggestion = Suggestion(key);
+  if (!suggestion.empty()) {
+    return InvalidArgument("unknown key '" + key + "' in " + where +
+                           "; did you mean '" + suggestion + "'?");
+  }
   return InvalidArgument("unknown key '" + key + "' in " + where +
                          "; known keys: " + KnownKeysList());
 }

@@ -152,9 +152,28 @@ TEST_F(ConfigTest, UnknownKeyInYaml) {
 }
 
 TEST_F(ConfigTest, UnknownKeyOnCommandLine) {
+  EXPECT_EQ(LoadError("", {"steps=5", "stpes=5"}),
+            "unknown key 'stpes' in the command line; did you mean 'steps'?");
+  EXPECT_EQ(LoadError("", {"learning_rat=0.1"}),
+            "unknown key 'learning_rat' in the command line; did you mean "
+            "'learning_rate'?");
   EXPECT_EQ(
-      LoadError("", {"steps=5", "stpes=5"}),
-      "unknown key 'stpes' in the command line; known keys: " + KnownKeys());
+      LoadError("", {"zzz=1"}),
+      "unknown key 'zzz' in the command line; known keys: " + KnownKeys());
+}
+
+// MaxText's names for the same keys.
+TEST_F(ConfigTest, MaxTextNamesAreAliases) {
+  Result<TrainConfig> config =
+      LoadTrainConfig(WriteYaml("run_name: a\n"),
+                      {"save_period=7", "base_emb_dim=96", "base_mlp_dim=384",
+                       "base_num_decoder_layers=3", "base_num_query_heads=4"});
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(config->checkpoint_period, 7);
+  EXPECT_EQ(config->emb_dim, 96);
+  EXPECT_EQ(config->mlp_dim, 384);
+  EXPECT_EQ(config->num_decoder_layers, 3);
+  EXPECT_EQ(config->num_heads, 4);
 }
 
 TEST_F(ConfigTest, WrongTypes) {
