@@ -902,8 +902,34 @@ Result<json> ToCamelCase(const json& value, const std::string& path) {
 
 Result<QueuedResourceSpec> ParseQueuedResource(const json& body,
                                                const std::string& id,
-                                               int64_t now_ms) {
-  return ParseSpec(body, id, now_ms, Source::kRequest);
+                                               int64_t now_ms,
+                                               const std::string& api) {
+  if (api != "v2" || !body.is_object()) {
+    return ParseSpec(body, id, now_ms, Source::kRequest);
+  }
+  // v2: its own names, checked here, then the v2alpha1 form.
+  ASSIGN_OR_RETURN(json v2, ToCamelCase(body));
+  if (v2.contains("bestEffort")) {
+    return InvalidArgument(
+        "best_effort: not a field of the v2 QueuedResource (it is v2alpha1's; "
+        "use spot, or the /v2alpha1/ API)");
+  }
+  if (v2.contains("tpu") && v2["tpu"].is_object() &&
+      v2["tpu"].contains("nodeSpec") && v2["tpu"]["nodeSpec"].is_array()) {
+    for (json& ns : v2["tpu"]["nodeSpec"]) {
+      if (!ns.is_object()) continue;
+      if (ns.contains("multiNodeParams")) {
+        return InvalidArgument(
+            "tpu.node_spec[0].multi_node_params: not a field of the v2 API "
+            "(it is v2alpha1's; v2 calls it multislice_params)");
+      }
+      if (ns.contains("multisliceParams")) {
+        ns["multiNodeParams"] = std::move(ns["multisliceParams"]);
+        ns.erase("multisliceParams");
+      }
+    }
+  }
+  return ParseSpec(v2, id, now_ms, Source::kRequest);
 }
 
 json QueuedResourceRecord::ToStorage() const {
@@ -1010,8 +1036,16 @@ Result<QueuedResourceRecord> QueuedResourceRecord::FromStorage(const json& j) {
   }
 }
 
-json QueuedResourceRecord::ToApi() const {
+json QueuedResourceRecord::ToApi(const std::string& api) const {
   json out = spec.body;
+  if (api == "v2" && out.contains("tpu") && out["tpu"].contains("nodeSpec")) {
+    for (json& ns : out["tpu"]["nodeSpec"]) {
+      if (ns.is_object() && ns.contains("multiNodeParams")) {
+        ns["multisliceParams"] = std::move(ns["multiNodeParams"]);
+        ns.erase("multiNodeParams");
+      }
+    }
+  }
   out["name"] = name;
   out["createTime"] = FormatTimestamp(create_ms);
   json state_json = {{"state", StateName(state)},

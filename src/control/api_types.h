@@ -92,9 +92,14 @@ struct QueuedResourceSpec {
 // at most 63 characters too), durations and times. `id` itself is checked
 // only as the default node id or prefix: check it first with
 // ValidateResourceId("queued_resource_id", id).
-Result<QueuedResourceSpec> ParseQueuedResource(const nlohmann::json& body,
-                                               const std::string& id,
-                                               int64_t now_ms);
+//
+// `api` is the version the request came on, each with its own schema:
+// "v2alpha1" takes tpu.node_spec[].multi_node_params and best_effort; "v2"
+// takes multislice_params {node_count, node_id_prefix} instead and has no
+// best_effort. The stored body is in the v2alpha1 form either way.
+Result<QueuedResourceSpec> ParseQueuedResource(
+    const nlohmann::json& body, const std::string& id, int64_t now_ms,
+    const std::string& api = "v2alpha1");
 
 // Recursively renames snake_case keys to camelCase, except the user keys of
 // `metadata` and `labels` maps. Two spellings of one key are an error, and
@@ -163,7 +168,8 @@ struct QueuedResourceRecord {
   }
   nlohmann::json ToStorage() const;
   static Result<QueuedResourceRecord> FromStorage(const nlohmann::json& j);
-  nlohmann::json ToApi() const;
+  // As version `api` ("v2alpha1" or "v2") shows it.
+  nlohmann::json ToApi(const std::string& api = "v2alpha1") const;
 };
 
 // A long-running operation (google.longrunning.Operation).

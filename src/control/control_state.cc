@@ -166,9 +166,15 @@ void ControlState::FinishOps(QueuedResourceRecord& r, const json& response,
     if (op.verb == "delete") {
       op.response = {{"@type", "type.googleapis.com/google.protobuf.Empty"}};
     } else {
-      op.response = response;
+      // The queued resource as the operation's API version shows it.
+      op.response = response.is_object() && !response.empty()
+                        ? r.ToApi(op.api_version)
+                        : response;
       op.response["@type"] =
-          "type.googleapis.com/google.cloud.tpu.v2alpha1.QueuedResource";
+          "type.googleapis.com/google.cloud.tpu." +
+          (op.api_version == "v2" ? std::string("v2")
+                                  : std::string("v2alpha1")) +
+          ".QueuedResource";
     }
     changed->push_back(op);
   }

@@ -924,6 +924,47 @@ TEST_F(ControllerTest,
   EXPECT_EQ(Call("GET", "/v1/projects/proj/locations/mars-1").status, 404);
 }
 
+// Issue 13: each API version has its own schema. v2 calls the slices
+// multislice_params and has no best_effort; v2alpha1 has multi_node_params.
+TEST_F(ControllerTest, V2AndV2alpha1EachHaveTheirOwnSchema) {
+  ControllerOptions options;
+  options.reconcile_interval = std::chrono::milliseconds(20);
+  StartController(options);
+  AddAgent();
+  AddAgent();
+  const std::string v2 =
+      "/v2/projects/proj/locations/us-test1-a/queuedResources";
+  const std::string alpha = std::string(kParent) + "/queuedResources";
+  json v2_body = CpuBody(2);
+  v2_body["tpu"]["node_spec"][0].erase("multi_node_params");
+  v2_body["tpu"]["node_spec"][0]["multislice_params"] = {{"node_count", 2}};
+  HttpResponse created = Call("POST", v2 + "?queuedResourceId=vtwo", &v2_body);
+  ASSERT_EQ(created.status, 200) << created.body.dump();
+  ASSERT_TRUE(WaitState("vtwo", "ACTIVE"));
+  const json as_v2 = Call("GET", v2 + "/vtwo").body;
+  const json& ns = as_v2["tpu"]["nodeSpec"][0];
+  EXPECT_EQ(ns["multisliceParams"]["nodeCount"], 2) << as_v2.dump();
+  EXPECT_FALSE(ns.contains("multiNodeParams"));
+  const json as_alpha = Call("GET", alpha + "/vtwo").body;
+  EXPECT_EQ(as_alpha["tpu"]["nodeSpec"][0]["multiNodeParams"]["nodeCount"], 2);
+  // The finished create operation answers in its own version.
+  const std::string op = created.body["name"];
+  const json done = Call("GET", "/v2/" + op).body;
+  EXPECT_EQ(done["response"]["@type"],
+            "type.googleapis.com/google.cloud.tpu.v2.QueuedResource");
+  EXPECT_TRUE(
+      done["response"]["tpu"]["nodeSpec"][0].contains("multisliceParams"));
+  // What the other version calls it is refused, naming the field.
+  const json alpha_body = CpuBody(2);
+  HttpResponse wrong = Call("POST", v2 + "?queuedResourceId=w", &alpha_body);
+  EXPECT_EQ(wrong.status, 400);
+  EXPECT_NE(wrong.body.dump().find("multi_node_params"), std::string::npos);
+  json best = v2_body;
+  best["best_effort"] = json::object();
+  EXPECT_EQ(Call("POST", v2 + "?queuedResourceId=b", &best).status, 400);
+  EXPECT_EQ(Call("POST", alpha + "?queuedResourceId=c", &v2_body).status, 400);
+}
+
 TEST_F(ControllerTest, ReservedPreemptsSpotWhichKeepsQuotaUntilDeleted) {
   ControllerOptions options;
   options.reconcile_interval = std::chrono::milliseconds(20);

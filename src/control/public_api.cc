@@ -87,7 +87,8 @@ void PublicApi::HandleCreate(const httplib::Request& req,
     WriteError(res, 400, "INVALID_ARGUMENT", body.status().message());
     return;
   }
-  Result<QueuedResourceSpec> spec = ParseQueuedResource(*body, id, WallMs());
+  Result<QueuedResourceSpec> spec =
+      ParseQueuedResource(*body, id, WallMs(), api);
   if (!spec.ok()) {
     WriteError(res, 400, "INVALID_ARGUMENT", spec.status().message());
     return;
@@ -139,7 +140,7 @@ void PublicApi::HandleGet(const httplib::Request& req, httplib::Response& res) {
   std::lock_guard<std::mutex> lock(state_.mu);
   QueuedResourceRecord* found = FoundOr404(state_.FindById(name), name, res);
   if (!found) return;
-  WriteJson(res, 200, found->ToApi());
+  WriteJson(res, 200, found->ToApi(req.matches[1]));
 }
 
 void PublicApi::HandleList(const httplib::Request& req,
@@ -164,7 +165,7 @@ void PublicApi::HandleList(const httplib::Request& req,
   json out = {{"queuedResources", json::array()}};
   const size_t shown = std::min(matching.size(), size_t(*page_size));
   for (size_t i = 0; i < shown; ++i) {
-    out["queuedResources"].push_back(matching[i]->ToApi());
+    out["queuedResources"].push_back(matching[i]->ToApi(req.matches[1]));
   }
   if (matching.size() > shown) {
     out["nextPageToken"] = FormatPageToken(matching[shown - 1]->seq);
