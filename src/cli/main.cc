@@ -28,18 +28,26 @@ int Main(int argc, char** argv) {
       "multislice"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Print help for every command.");
+  app.set_version_flag("--version", "multislice " MULTISLICE_VERSION);
   CommandLine().assign(argv, argv + argc);
   CommandTable table;
   AddAllCommands(app, table);
   // Rewrite a command's multi-letter short flags (e.g. shardings' -dd).
   std::vector<std::string> args =
       ApplyFlagAliases(std::vector<std::string>(argv + 1, argv + argc));
+  // `multislice help [COMMAND...]`, as git and gcloud take it.
+  if (!args.empty() && args.front() == "help") {
+    args.erase(args.begin());
+    args.push_back("--help");
+  }
   std::reverse(args.begin(), args.end());  // CLI11 takes them reversed
   try {
     app.parse(args);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // One line for the user, naming the command it is about (e.g.

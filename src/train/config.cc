@@ -425,6 +425,18 @@ Status ValidateTrainConfig(const TrainConfig& c) {
     return InvalidArgument(
         "key 'base_output_directory' = '': expected a directory path");
   }
+  // MaxText's gs://bucket/... (the seed's recovery script): it would become
+  // a local directory named "gs:".
+  const size_t scheme = c.base_output_directory.find("://");
+  if (scheme != std::string::npos && scheme > 0 &&
+      c.base_output_directory.find('/') == scheme + 1) {
+    return InvalidArgument(
+        "key 'base_output_directory' = '" + c.base_output_directory +
+        "': expected a directory path, not a " +
+        c.base_output_directory.substr(0, scheme) +
+        ":// URL (multislice writes to file systems: mount the bucket, e.g. "
+        "with gcsfuse, and give its directory)");
+  }
   RETURN_IF_ERROR(CheckAtLeast("steps", c.steps, 1));
   RETURN_IF_ERROR(
       CheckAtLeast("per_device_batch_size", c.per_device_batch_size, 1));

@@ -162,6 +162,17 @@ TEST_F(ConfigTest, UnknownKeyOnCommandLine) {
       "unknown key 'zzz' in the command line; known keys: " + KnownKeys());
 }
 
+// The seed's recovery script writes to gs://: refused, not a directory
+// named "gs:".
+TEST_F(ConfigTest, UrlOutputDirectoryIsRefused) {
+  TrainConfig config;
+  config.base_output_directory = "gs://bucket/runs";
+  const std::string error = ValidateError(config);
+  EXPECT_NE(error.find("not a gs:// URL"), std::string::npos) << error;
+  config.base_output_directory = "runs/a:b";  // a colon is fine
+  EXPECT_TRUE(ValidateTrainConfig(config).ok());
+}
+
 // MaxText's names for the same keys.
 TEST_F(ConfigTest, MaxTextNamesAreAliases) {
   Result<TrainConfig> config =
