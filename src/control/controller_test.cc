@@ -567,6 +567,18 @@ TEST_F(ControllerTest, ProvisionsResetsAndRepairs) {
               0u);
     EXPECT_EQ(w.env["MULTISLICE_ACCELERATOR_TYPE"], "cpu-2");
     EXPECT_EQ(w.env["MEGASCALE_PORT"], "8080");
+    // torch.distributed's and JAX's generic variables (issue 13).
+    const std::string rank = w.env["MEGASCALE_SLICE_ID"];  // 1 host a slice
+    EXPECT_EQ(w.env["RANK"], rank);
+    EXPECT_EQ(w.env["JAX_PROCESS_ID"], rank);
+    EXPECT_EQ(w.env["WORLD_SIZE"], "2");
+    EXPECT_EQ(w.env["JAX_NUM_PROCESSES"], "2");
+    EXPECT_EQ(w.env["LOCAL_RANK"], "0");
+    EXPECT_EQ(w.env["MASTER_ADDR"], "127.0.0.1");
+    const int port = std::stoi(w.env["MASTER_PORT"].get<std::string>());
+    EXPECT_GE(port, 20000);
+    EXPECT_EQ(w.env["JAX_COORDINATOR_ADDRESS"],
+              "127.0.0.1:" + std::to_string(port + 1));
     EXPECT_EQ(w.env["MEGASCALE_COORDINATOR_ADDRESS"],
               "file://" + dir_.path() + "/data/stores/" +
                   w.env["MULTISLICE_RUN_ID"].get<std::string>());

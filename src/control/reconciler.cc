@@ -213,6 +213,32 @@ std::vector<HostCall> StopCalls(const QueuedResourceRecord& r,
   return calls;
 }
 
+// torch.distributed's and JAX's generic variables, so that an unchanged
+// DDP or jax.distributed script forms its job across the slices: the rank
+// in JAX's process order (TPU_WORKER_ID + MEGASCALE_SLICE_ID * hosts per
+// slice), one process per host, the coordinator on slice 0 worker 0 at a
+// port that changes with each attempt (a restarted job never meets the
+// previous one's sockets).
+void AddFrameworkEnv(const QueuedResourceRecord& r, int node, int worker,
+                     int hosts_per_slice, const std::string& first_host,
+                     json& env) {
+  const int world = static_cast<int>(r.nodes.size()) * hosts_per_slice;
+  const int rank = worker + node * hosts_per_slice;
+  const int port =
+      20000 + static_cast<int>((std::hash<std::string>{}(RunIdentity(r)) +
+                                static_cast<size_t>(r.attempt) * 2) %
+                               20000);
+  env["MASTER_ADDR"] = first_host;
+  env["MASTER_PORT"] = std::to_string(port);
+  env["WORLD_SIZE"] = std::to_string(world);
+  env["RANK"] = std::to_string(rank);
+  env["LOCAL_RANK"] = "0";
+  env["LOCAL_WORLD_SIZE"] = "1";
+  env["JAX_COORDINATOR_ADDRESS"] = first_host + ":" + std::to_string(port + 1);
+  env["JAX_NUM_PROCESSES"] = std::to_string(world);
+  env["JAX_PROCESS_ID"] = std::to_string(rank);
+}
+
 // The workers of r's nodes not yet started, with their environment.
 std::vector<StartTarget> StartTargets(const QueuedResourceRecord& r,
                                       const std::map<std::string, Host>& hosts,
@@ -222,6 +248,9 @@ std::vector<StartTarget> StartTargets(const QueuedResourceRecord& r,
     auto it = hosts.find(id);
     return it == hosts.end() ? kNone : it->second;
   };
+  const std::string first_host_ip = r.nodes.empty() || r.nodes[0].hosts.empty()
+                                        ? std::string()
+                                        : host(r.nodes[0].hosts[0]).ip();
   std::vector<StartTarget> targets;
   for (size_t i = 0; i < r.nodes.size(); ++i) {
     const NodeRecord& n = r.nodes[i];
@@ -246,6 +275,8 @@ std::vector<StartTarget> StartTargets(const QueuedResourceRecord& r,
                {"MULTISLICE_ACCELERATOR_TYPE", r.spec.accelerator_type},
                {"MULTISLICE_RUN_ID", RunIdentity(r)},
                {"MULTISLICE_ATTEMPT", std::to_string(r.attempt)}};
+      AddFrameworkEnv(r, t.node, t.worker, static_cast<int>(n.hosts.size()),
+                      first_host_ip, t.env);
       targets.push_back(std::move(t));
     }
   }
