@@ -200,7 +200,9 @@ class Reporter {
                     seconds, tokens_per_step / seconds, tflops);
       line = buf;
       if (mfu > 0) {
-        std::snprintf(buf, sizeof buf, "  MFU %.1f%%", 100 * mfu);
+        // Above 100 %: the start-up peak was measured low; say so.
+        std::snprintf(buf, sizeof buf, "  MFU %.1f%%%s", 100 * mfu,
+                      mfu > 1 ? " (above the measured peak)" : "");
         line += buf;
       }
       if (val_loss) {
