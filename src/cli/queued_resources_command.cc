@@ -173,7 +173,7 @@ Result<json> WaitFor(const control::ApiClient& client, const QrFlags& f,
                      const std::function<bool(const json&, bool gone)>& done) {
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(f.wait_seconds);
-  std::string last_state;
+  std::string last_state, last_reason;
   const bool progress = runtime::ShowProgress();
   while (true) {
     Result<control::HttpResponse> r =
@@ -183,11 +183,19 @@ Result<json> WaitFor(const control::ApiClient& client, const QrFlags& f,
     if (!gone && r->status != 200) return control::ErrorFromResponse(*r);
     json qr = gone ? json() : r->body;
     const std::string state = gone ? "deleted" : StateOf(qr);
-    if (state != last_state) {
-      if (progress || !last_state.empty()) {
+    // Why it waits, as the controller explains it: always said, since a
+    // wait can be long.
+    const std::string reason =
+        qr.is_object() ? qr.value("waitingReason", "") : "";
+    if (state != last_state || reason != last_reason) {
+      if (!reason.empty()) {
+        std::fprintf(stderr, "%s: %s: %s\n", f.id.c_str(), state.c_str(),
+                     reason.c_str());
+      } else if (progress || !last_state.empty()) {
         std::fprintf(stderr, "%s: %s\n", f.id.c_str(), state.c_str());
       }
       last_state = state;
+      last_reason = reason;
     }
     if (done(qr, gone)) return qr;
     if (std::chrono::steady_clock::now() > deadline) {

@@ -977,6 +977,32 @@ TEST_F(ControllerTest, V2AndV2alpha1EachHaveTheirOwnSchema) {
   EXPECT_EQ(Call("POST", alpha + "?queuedResourceId=c", &v2_body).status, 400);
 }
 
+// Issue 13 (first-hour trap): a queued resource waiting for resources says
+// why, so `queued-resources create` can print it instead of waiting in
+// silence.
+TEST_F(ControllerTest, WaitingForResourcesSaysWhy) {
+  ControllerOptions options;
+  options.reconcile_interval = std::chrono::milliseconds(20);
+  StartController(options);
+  ASSERT_EQ(Create("waits", CpuBody(2)).status, 200);
+  ASSERT_TRUE(WaitState("waits", "WAITING_FOR_RESOURCES"));
+  EXPECT_EQ(Get("waits")["waitingReason"],
+            "no host of type cpu-2 in zone us-test1-a (nor in any other zone)");
+  agents_.push_back(
+      std::make_unique<FakeAgent>(url_, kToken, "cpu-2", "us-test2-b"));
+  ASSERT_TRUE(WaitFor([&] { return !agents_.back()->host_id().empty(); }));
+  EXPECT_EQ(Get("waits")["waitingReason"],
+            "no host of type cpu-2 in zone us-test1-a; zones with such hosts: "
+            "us-test2-b");
+  AddAgent();
+  EXPECT_EQ(Get("waits")["waitingReason"],
+            "needs 2 free hosts of type cpu-2 in zone us-test1-a; 1 of its 1 "
+            "are free");
+  AddAgent();
+  ASSERT_TRUE(WaitState("waits", "ACTIVE"));
+  EXPECT_FALSE(Get("waits").contains("waitingReason"));
+}
+
 TEST_F(ControllerTest, ReservedPreemptsSpotWhichKeepsQuotaUntilDeleted) {
   ControllerOptions options;
   options.reconcile_interval = std::chrono::milliseconds(20);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <optional>
+#include <set>
 
 #include "control/validation.h"
 #include "runtime/mesh/topology.h"
@@ -29,6 +30,70 @@ std::optional<std::string> NameFromPath(const httplib::Request& req,
     return std::nullopt;
   }
   return QrName(req.matches[2], req.matches[3], req.matches[4]);
+}
+
+// Why `r` waits, when it does (an extra field, `waitingReason`, beside
+// Google's schema): what it needs and what the zone has. With mu held.
+std::string WaitingReason(const QueuedResourceRecord& r,
+                          const ControlState& state) {
+  if (r.state != QrState::kWaitingForResources) return "";
+  int needed = 0;
+  for (const NodeRecord& n : r.nodes) {
+    needed += n.hosts.empty() ? r.hosts_per_slice : 0;
+  }
+  const std::map<std::string, std::string> owners = state.HostOwners();
+  int total = 0, free = 0;
+  std::set<std::string> other_zones;
+  for (const auto& [id, h] : state.hosts) {
+    if (h.lost || h.accelerator_type != r.spec.accelerator_type) continue;
+    if (h.zone != r.zone) {
+      other_zones.insert(h.zone);
+      continue;
+    }
+    ++total;
+    free += owners.count(id) == 0;
+  }
+  const std::string type = r.spec.accelerator_type;
+  if (total == 0) {
+    std::string zones;
+    for (const std::string& z : other_zones) {
+      zones += (zones.empty() ? "" : ", ") + z;
+    }
+    return "no host of type " + type + " in zone " + r.zone +
+           (zones.empty() ? std::string(" (nor in any other zone)")
+                          : "; zones with such hosts: " + zones);
+  }
+  if (free < needed) {
+    return "needs " + std::to_string(needed) + " free hosts of type " + type +
+           " in zone " + r.zone + "; " + std::to_string(free) + " of its " +
+           std::to_string(total) + " are free";
+  }
+  const int tier = static_cast<int>(r.spec.tier);
+  const int64_t quota = state.options().quota_chips[tier];
+  if (quota >= 0) {
+    int64_t used = 0;
+    for (const auto& [name, other] : state.records) {
+      if (other.holds_quota && other.spec.tier == r.spec.tier) {
+        used += other.total_chips();
+      }
+    }
+    if (used + r.total_chips() > quota) {
+      return "the " + TierName(r.spec.tier) +
+             " quota: " + std::to_string(used) + " of " +
+             std::to_string(quota) + " chips in use, this request needs " +
+             std::to_string(r.total_chips());
+    }
+  }
+  return "";
+}
+
+// The API answer for `r` in version `api`, with why it waits.
+json ApiAnswer(const QueuedResourceRecord& r, const std::string& api,
+               const ControlState& state) {
+  json out = r.ToApi(api);
+  const std::string reason = WaitingReason(r, state);
+  if (!reason.empty()) out["waitingReason"] = reason;
+  return out;
 }
 
 }  // namespace
@@ -140,7 +205,7 @@ void PublicApi::HandleGet(const httplib::Request& req, httplib::Response& res) {
   std::lock_guard<std::mutex> lock(state_.mu);
   QueuedResourceRecord* found = FoundOr404(state_.FindById(name), name, res);
   if (!found) return;
-  WriteJson(res, 200, found->ToApi(req.matches[1]));
+  WriteJson(res, 200, ApiAnswer(*found, req.matches[1], state_));
 }
 
 void PublicApi::HandleList(const httplib::Request& req,
@@ -165,7 +230,8 @@ void PublicApi::HandleList(const httplib::Request& req,
   json out = {{"queuedResources", json::array()}};
   const size_t shown = std::min(matching.size(), size_t(*page_size));
   for (size_t i = 0; i < shown; ++i) {
-    out["queuedResources"].push_back(matching[i]->ToApi(req.matches[1]));
+    out["queuedResources"].push_back(
+        ApiAnswer(*matching[i], req.matches[1], state_));
   }
   if (matching.size() > shown) {
     out["nextPageToken"] = FormatPageToken(matching[shown - 1]->seq);
