@@ -219,6 +219,19 @@ int RunWorkerBody(const TrainConfig& config, const runtime::WorkerEnv& env,
         {"memory_estimate_bytes", memory.total()},
     };
     std::printf("%s\n", out.dump().c_str());
+  } else if (summary.last_step >= summary.first_step &&
+             summary.mean_step_seconds <= 0) {
+    // Too few steps for a steady-state figure (the first step of a run is
+    // start-up, not counted in the means).
+    std::printf(
+        "multislice train: done, steps %lld-%lld, loss %.4f, val_loss %.4f "
+        "(too few steps for step-time, throughput and MFU figures: the "
+        "first step of a run is start-up), first step %.2f s after start; "
+        "%s\n",
+        static_cast<long long>(summary.first_step),
+        static_cast<long long>(summary.last_step), summary.final_loss,
+        summary.final_val_loss, summary.seconds_to_first_step,
+        RunDirectory(config).c_str());
   } else if (summary.last_step >= summary.first_step) {
     std::printf(
         "multislice train: done, steps %lld-%lld, loss %.4f, val_loss %.4f, "

@@ -679,6 +679,27 @@ TEST_F(TrainCommandTest, BadConfigIsOneLineAndExitCode2) {
 // The first line names the CPU's ISA level and the matmul route, with the
 // cap and the explicit bfloat16 noted on the lines after it; every dtype
 // spelling trains, and the JSON names the route the same way.
+// Issue 13 (first-hour trap): a 1-step run printed "0.000 s/step, 0
+// tokens/s, MFU 0.0%"; the first step is start-up, so it now says there are
+// too few steps for those figures.
+TEST_F(TrainCommandTest, OneStepRunPrintsNoZeroFigures) {
+  std::vector<std::string> args = {"train",
+                                   data_->path() + "/tiny.yml",
+                                   "base_output_directory=" + dir_.path(),
+                                   "dataset_path=" + data_->path() + "/ds",
+                                   "run_name=one",
+                                   "steps=1",
+                                   "--num_slices",
+                                   "1"};
+  Child c = Spawn(args, {}, dir_.path(), "one");
+  ASSERT_EQ(WaitExit(c, 240), 0) << ReadFile(c.err);
+  const std::string out = ReadFile(c.out);
+  EXPECT_NE(out.find("done, steps 1-1"), std::string::npos) << out;
+  EXPECT_NE(out.find("too few steps for step-time"), std::string::npos) << out;
+  EXPECT_EQ(out.find("MFU 0.0%"), std::string::npos) << out;
+  EXPECT_EQ(out.find("0 tokens/s"), std::string::npos) << out;
+}
+
 TEST_F(TrainCommandTest, FirstLineNamesIsaAndMatmulRoute) {
   const std::string level = DetectedIsa() >= Isa::kAvx2
                                 ? "avx2"
