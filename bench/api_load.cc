@@ -32,7 +32,8 @@ namespace control = multislice::control;
 int Usage() {
   std::fprintf(stderr,
                "usage: api_load [--requests N] [--clients C] [--seed S] "
-               "[--url URL --token-file FILE] [--no-keep-alive]\n");
+               "[--url URL --token-file FILE] [--no-keep-alive] "
+               "[--max-per-address N (0: no connection gate)]\n");
   return 2;
 }
 
@@ -48,6 +49,7 @@ double Percentile(std::vector<double> v, double p) {
 int main(int argc, char** argv) {
   int requests = 1000, clients = 50, seed = 20;
   bool keep_alive = true;
+  int max_per_address = -1;  // -1: as many as the server has threads
   std::string url, token_file;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -64,6 +66,8 @@ int main(int argc, char** argv) {
       token_file = next();
     } else if (a == "--no-keep-alive") {
       keep_alive = false;
+    } else if (a == "--max-per-address") {
+      max_per_address = std::atoi(next());
     } else {
       return Usage();
     }
@@ -80,7 +84,8 @@ int main(int argc, char** argv) {
     options.data_dir = dir.path();
     options.token = token;
     // Every client of this load comes from one address.
-    options.max_connections_per_address = options.http_threads;
+    options.max_connections_per_address =
+        max_per_address < 0 ? options.http_threads : max_per_address;
     auto c = control::Controller::Start(options);
     if (!c.ok()) {
       std::fprintf(stderr, "api_load: %s\n", c.status().message().c_str());

@@ -209,15 +209,16 @@ int RunController(const ControllerCommandFlags& flags) {
   options.agent_token = *agent_token;
   if (!flags.local_worker_user.empty()) {
     const bool per_host = flags.local_worker_user.rfind("uids:", 0) == 0;
-    const std::string first = LocalWorkerUser(flags, 0);
-    Result<control::UserIds> user =
-        control::ResolveUser("--local-worker-user", first);
-    if (!user.ok() ||
-        (per_host && first.rfind(std::to_string(user->gid + 1), 0) != 0)) {
-      return Fail(2, user.ok() ? "--local-worker-user: 'uids:BASE' needs a "
-                                 "positive BASE"
-                               : user.status().message());
+    const std::optional<int64_t> base =
+        per_host ? ParseInteger(flags.local_worker_user.substr(5))
+                 : std::nullopt;
+    if (per_host && (!base || *base < 1 || *base > (1LL << 30))) {
+      return Fail(2, "--local-worker-user: '" + flags.local_worker_user +
+                         "' is not uids:BASE with BASE from 1 to 2^30");
     }
+    Result<control::UserIds> user =
+        control::ResolveUser("--local-worker-user", LocalWorkerUser(flags, 0));
+    if (!user.ok()) return Fail(2, user.status().message());
     // Each run's file store: the workers' user, or (one user per host) the
     // group they share, read and written by the group.
     options.file_store_uid = per_host ? 0 : user->uid;

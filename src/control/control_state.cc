@@ -1,7 +1,5 @@
 #include "control/control_state.h"
 
-#include <sys/random.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -123,20 +121,6 @@ std::string ControlState::NewUid() {
                 static_cast<unsigned long long>(rng_()),
                 static_cast<unsigned long long>(rng_()));
   return text;
-}
-
-Result<std::string> ControlState::NewSecret() {
-  unsigned char bytes[32];
-  if (::getrandom(bytes, sizeof(bytes), 0) != sizeof(bytes)) {
-    return Internal("cannot read random bytes for a host secret");
-  }
-  std::string out;
-  for (unsigned char b : bytes) {
-    char hex[3];
-    std::snprintf(hex, sizeof(hex), "%02x", b);
-    out += hex;
-  }
-  return out;
 }
 
 OperationRecord ControlState::NewOperation(const QueuedResourceRecord& r,

@@ -80,8 +80,6 @@ class ControlState {
   Status PersistHost(const Host& h);
   // 128 random bits, hex: a new queued resource's uid.
   std::string NewUid();
-  // 256 bits from the kernel, hex: a host's secret.
-  static Result<std::string> NewSecret();
   OperationRecord NewOperation(const QueuedResourceRecord& r,
                                const std::string& api, const std::string& verb);
   // Marks r's waiting operations done with `response`; appends them to

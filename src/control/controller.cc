@@ -168,9 +168,13 @@ Status Controller::Impl::Init() {
 }
 
 void Controller::Impl::ConfigureServer() {
-  server_.new_task_queue = [this] {
-    return new ConnectionGate(static_cast<size_t>(options_.http_threads),
-                              options_.max_connections_per_address, &port_);
+  server_.new_task_queue = [this]() -> httplib::TaskQueue* {
+    const size_t threads = static_cast<size_t>(options_.http_threads);
+    if (options_.max_connections_per_address <= 0) {
+      return new httplib::ThreadPool(threads);
+    }
+    return new ConnectionGate(threads, options_.max_connections_per_address,
+                              &port_);
   };
   server_.set_payload_max_length(kMaxBodyBytes);
   // Small JSON answers: no Nagle delay behind the client's delayed ACK.

@@ -45,7 +45,8 @@ struct ControllerOptions {
   int64_t quota_chips[kNumTiers] = {-1, -1, -1, -1};   // -1: unlimited
   int http_threads = 64;  // enough for 50 concurrent keep-alive clients
   // The API port's connections from one client address at once; beyond,
-  // a new connection is closed before it is read (connection_gate.h).
+  // a new connection is closed before it is read (connection_gate.h); 0:
+  // no bound (and no gate).
   int max_connections_per_address = 32;
   // The agents' channel (registration, heartbeats) also listens on a port of
   // its own, with its own threads, so that clients of the API (idle, slow or

@@ -6,7 +6,6 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,26 +17,13 @@
 #include <set>
 #include <thread>
 
+#include "control/http.h"
+
 namespace multislice::control {
 
 namespace {
 
 constexpr char kAdminUser[] = "ms-controller";
-
-// 32 random bytes from the kernel, hex.
-Result<std::string> RandomSecret() {
-  unsigned char bytes[32];
-  if (::getrandom(bytes, sizeof(bytes), 0) != sizeof(bytes)) {
-    return Internal("cannot read random bytes for a Redis password");
-  }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : bytes) {
-    out.push_back(kHex[b >> 4]);
-    out.push_back(kHex[b & 15]);
-  }
-  return out;
-}
 
 // A free port: bind port 0, read it, close (a small race, accepted).
 Result<int> FreeLoopbackPort() {
@@ -111,7 +97,7 @@ Result<std::string> CoordinatorStores::For(
   ASSIGN_OR_RETURN(std::string server, EnsureRedis());
   auto& password = passwords_[run];
   if (password.empty()) {
-    ASSIGN_OR_RETURN(password, RandomSecret());
+    ASSIGN_OR_RETURN(password, RandomHex(32));
     // Its own keys only ("<run>/<attempt>/..." and its attempt record), and
     // only the commands a worker's rendezvous sends.
     Status s = RedisCommand({"ACL", "SETUSER", "ms-" + run, "reset", "on",
@@ -220,7 +206,7 @@ Result<std::string> CoordinatorStores::EnsureRedis() {
 
 Status CoordinatorStores::StartRedis() {
   ASSIGN_OR_RETURN(const int port, FreeLoopbackPort());
-  ASSIGN_OR_RETURN(admin_password_, RandomSecret());
+  ASSIGN_OR_RETURN(admin_password_, RandomHex(32));
   // The configuration holds the admin password: a 0600 file, never argv.
   const std::string config = options_.data_dir + "/redis.conf";
   RETURN_IF_ERROR(WritePrivateFile(

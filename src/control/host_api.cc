@@ -25,8 +25,7 @@ void HostApi::MountAgentChannel(httplib::Server& server,
   // Registration: the admin token or the agents' one.
   const std::string agent_token = state_.options().agent_token;
   server.Post(hosts + ":register", [this, token, agent_token](R q, W s) {
-    httplib::Response ignored;
-    if (!agent_token.empty() && RequireBearer(q, ignored, agent_token)) {
+    if (!agent_token.empty() && HasBearer(q, agent_token)) {
       HandleRegister(q, s);
     } else if (RequireBearer(q, s, token)) {
       HandleRegister(q, s);
@@ -103,7 +102,7 @@ void HostApi::HandleRegister(const httplib::Request& req,
   h.last_heartbeat = SteadyMs();
   state_.GrantLease(h);
   // A new secret each time: whatever held the old one holds nothing now.
-  Result<std::string> secret = ControlState::NewSecret();
+  Result<std::string> secret = RandomHex(32);
   if (!secret.ok()) {
     WriteError(res, 500, "INTERNAL", secret.status().message());
     return;

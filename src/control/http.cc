@@ -24,21 +24,6 @@ std::string Trimmed(std::string text) {
   return text.substr(start);
 }
 
-Result<std::string> RandomHex(size_t bytes) {
-  std::ifstream in("/dev/urandom", std::ios::binary);
-  std::string raw(bytes, '\0');
-  if (!in.read(raw.data(), static_cast<std::streamsize>(bytes))) {
-    return Internal("cannot read /dev/urandom");
-  }
-  static const char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : raw) {
-    out.push_back(kHex[c >> 4]);
-    out.push_back(kHex[c & 15]);
-  }
-  return out;
-}
-
 const char* StatusNameFor(int code) {
   switch (code) {
     case 400:
@@ -61,6 +46,21 @@ const char* StatusNameFor(int code) {
 }
 
 }  // namespace
+
+Result<std::string> RandomHex(size_t bytes) {
+  std::ifstream in("/dev/urandom", std::ios::binary);
+  std::string raw(bytes, '\0');
+  if (!in.read(raw.data(), static_cast<std::streamsize>(bytes))) {
+    return Internal("cannot read /dev/urandom");
+  }
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : raw) {
+    out.push_back(kHex[c >> 4]);
+    out.push_back(kHex[c & 15]);
+  }
+  return out;
+}
 
 Result<std::string> ReadToken(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -287,15 +287,20 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-bool RequireBearer(const httplib::Request& req, httplib::Response& res,
-                   const std::string& token) {
+bool HasBearer(const httplib::Request& req, const std::string& token) {
   const std::string header = req.get_header_value("Authorization");
   const std::string kPrefix = "Bearer ";
-  bool ok = header.size() > kPrefix.size() &&
-            header.compare(0, kPrefix.size(), kPrefix) == 0 &&
-            ConstantTimeEquals(std::string_view(header).substr(kPrefix.size()),
-                               token);
+  return header.size() > kPrefix.size() &&
+         header.compare(0, kPrefix.size(), kPrefix) == 0 &&
+         ConstantTimeEquals(std::string_view(header).substr(kPrefix.size()),
+                            token);
+}
+
+bool RequireBearer(const httplib::Request& req, httplib::Response& res,
+                   const std::string& token) {
+  const bool ok = HasBearer(req, token);
   if (!ok) {
+    const std::string header = req.get_header_value("Authorization");
     WriteError(res, 401, "UNAUTHENTICATED",
                header.empty() ? "missing Authorization: Bearer token"
                               : "invalid bearer token");

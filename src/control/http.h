@@ -85,6 +85,13 @@ void WriteError(httplib::Response& res, int http_code,
 void WriteJson(httplib::Response& res, int http_code,
                const nlohmann::json& body);
 
+// `bytes` random bytes from the kernel, as hex: tokens and secrets.
+Result<std::string> RandomHex(size_t bytes);
+
+// Whether the request carries "Authorization: Bearer <token>" (compared in
+// constant time); answers nothing.
+bool HasBearer(const httplib::Request& req, const std::string& token);
+
 // True when the request carries "Authorization: Bearer <token>"; otherwise
 // writes 401 UNAUTHENTICATED and returns false. The compare takes the same
 // time wherever the first difference is.

@@ -14,12 +14,6 @@ using nlohmann::json;
 
 namespace {
 
-// False after answering 400 with `s`'s sentence.
-bool Valid(const Status& s, httplib::Response& res) {
-  if (!s.ok()) WriteError(res, 400, "INVALID_ARGUMENT", s.message());
-  return s.ok();
-}
-
 // The queued resource named by the path {project}/{zone}/{id}, validated.
 std::optional<std::string> NameFromPath(const httplib::Request& req,
                                         httplib::Response& res) {
@@ -212,23 +206,22 @@ void PublicApi::HandleList(const httplib::Request& req,
                            httplib::Response& res) {
   const std::string project = req.matches[2], zone = req.matches[3];
   if (!Valid(ValidateParent(project, zone, true), res)) return;
-  Result<int> page_size = ParsePageSize(
-      req.has_param("pageSize") ? req.get_param_value("pageSize") : "0");
-  if (!Valid(page_size.status(), res)) return;
-  Result<int64_t> after = ParsePageToken(req.get_param_value("pageToken"));
-  if (!Valid(after.status(), res)) return;
+  // The token here is the creation sequence number after which the page
+  // starts, so that creates and deletes between pages shift nothing.
+  std::optional<PageRequest> page = PageOf(req, res);
+  if (!page) return;
   std::vector<const QueuedResourceRecord*> matching;
   std::lock_guard<std::mutex> lock(state_.mu);
   for (const auto& [name, r] : state_.records) {
     if (r.project == project && (zone == "-" || r.zone == zone) &&
-        r.seq > *after) {
+        r.seq > page->after) {
       matching.push_back(&r);
     }
   }
   std::sort(matching.begin(), matching.end(),
             [](const auto* a, const auto* b) { return a->seq < b->seq; });
   json out = {{"queuedResources", json::array()}};
-  const size_t shown = std::min(matching.size(), size_t(*page_size));
+  const size_t shown = std::min(matching.size(), size_t(page->size));
   for (size_t i = 0; i < shown; ++i) {
     out["queuedResources"].push_back(
         ApiAnswer(*matching[i], req.matches[1], state_));
@@ -317,34 +310,36 @@ void PublicApi::CommitUserChange(QueuedResourceRecord& r,
   WriteJson(res, 200, op.ToApi());
 }
 
-void PublicApi::HandleOperation(const httplib::Request& req,
-                                httplib::Response& res) {
+const OperationRecord* PublicApi::FindOperation(const httplib::Request& req,
+                                                httplib::Response& res) {
   if (!Valid(ValidateOperationName(req.matches[2].str(), req.matches[3].str(),
                                    req.matches[4].str()),
              res)) {
-    return;
+    return nullptr;
   }
-  const std::string name = "projects/" + std::string(req.matches[2]) +
-                           "/locations/" + std::string(req.matches[3]) +
-                           "/operations/" + std::string(req.matches[4]);
-  std::lock_guard<std::mutex> lock(state_.mu);
+  const std::string name = "projects/" + req.matches[2].str() + "/locations/" +
+                           req.matches[3].str() + "/operations/" +
+                           req.matches[4].str();
   auto it = state_.ops.find(name);
   if (it == state_.ops.end()) {
     WriteError(res, 404, "NOT_FOUND", "operation " + name + " not found");
-    return;
+    return nullptr;
   }
-  WriteJson(res, 200, it->second.ToApi());
+  return &it->second;
+}
+
+void PublicApi::HandleOperation(const httplib::Request& req,
+                                httplib::Response& res) {
+  std::lock_guard<std::mutex> lock(state_.mu);
+  if (const OperationRecord* op = FindOperation(req, res)) {
+    WriteJson(res, 200, op->ToApi());
+  }
 }
 
 void PublicApi::HandleListOperations(const httplib::Request& req,
                                      httplib::Response& res) {
   const std::string project = req.matches[2], zone = req.matches[3];
   if (!Valid(ValidateParent(project, zone, true), res)) return;
-  Result<int> page_size = ParsePageSize(
-      req.has_param("pageSize") ? req.get_param_value("pageSize") : "0");
-  if (!Valid(page_size.status(), res)) return;
-  Result<int64_t> from = ParsePageToken(req.get_param_value("pageToken"));
-  if (!Valid(from.status(), res)) return;
   const std::string prefix = "projects/" + project + "/locations/" +
                              (zone == "-" ? std::string() : zone + "/");
   std::lock_guard<std::mutex> lock(state_.mu);
@@ -356,33 +351,15 @@ void PublicApi::HandleListOperations(const httplib::Request& req,
     return a->create_ms != b->create_ms ? a->create_ms < b->create_ms
                                         : a->name < b->name;
   });
-  const size_t begin = std::min(matching.size(), static_cast<size_t>(*from));
-  const size_t end =
-      std::min(matching.size(), begin + static_cast<size_t>(*page_size));
-  json out = {{"operations", json::array()}};
-  for (size_t i = begin; i < end; ++i) {
-    out["operations"].push_back(matching[i]->ToApi());
-  }
-  if (end < matching.size()) out["nextPageToken"] = FormatPageToken(end);
-  WriteJson(res, 200, out);
+  std::vector<json> items;
+  for (const OperationRecord* op : matching) items.push_back(op->ToApi());
+  WritePage(req, res, "operations", items);
 }
 
 void PublicApi::HandleForgetOperation(const httplib::Request& req,
                                       httplib::Response& res) {
-  if (!Valid(ValidateOperationName(req.matches[2].str(), req.matches[3].str(),
-                                   req.matches[4].str()),
-             res)) {
-    return;
-  }
-  const std::string name = "projects/" + req.matches[2].str() + "/locations/" +
-                           req.matches[3].str() + "/operations/" +
-                           req.matches[4].str();
   std::lock_guard<std::mutex> lock(state_.mu);
-  if (!state_.ops.count(name)) {
-    WriteError(res, 404, "NOT_FOUND", "operation " + name + " not found");
-    return;
-  }
-  WriteJson(res, 200, json::object());
+  if (FindOperation(req, res)) WriteJson(res, 200, json::object());
 }
 
 }  // namespace multislice::control

@@ -24,6 +24,10 @@ class PublicApi {
   void HandleDelete(const httplib::Request& req, httplib::Response& res);
   void HandleReset(const httplib::Request& req, httplib::Response& res);
   void HandleOperation(const httplib::Request& req, httplib::Response& res);
+  // The operation the path names, or nullptr after answering 400 or 404.
+  // Holds mu.
+  const OperationRecord* FindOperation(const httplib::Request& req,
+                                       httplib::Response& res);
   void HandleListOperations(const httplib::Request& req,
                             httplib::Response& res);
   // operations.cancel and operations.delete: the operation must exist; the

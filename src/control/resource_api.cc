@@ -23,29 +23,6 @@ const char* const kRuntimeVersions[] = {
     "tpu-ubuntu2204-base", "v2-alpha-tpuv5", "v2-alpha-tpuv5-lite",
     "v2-alpha-tpuv6e",     "tpu-vm-base",    "multislice"};
 
-// False after answering 400 with `s`'s sentence.
-bool Valid(const Status& s, W res) {
-  if (!s.ok()) WriteError(res, 400, "INVALID_ARGUMENT", s.message());
-  return s.ok();
-}
-
-// One page of `items` under `key` ("nodes", ...), with pageSize/pageToken
-// as the API takes them (the token: the offset of the next page).
-void WritePage(R req, W res, const std::string& key,
-               const std::vector<json>& items) {
-  Result<int> size = ParsePageSize(
-      req.has_param("pageSize") ? req.get_param_value("pageSize") : "0");
-  if (!Valid(size.status(), res)) return;
-  Result<int64_t> from = ParsePageToken(req.get_param_value("pageToken"));
-  if (!Valid(from.status(), res)) return;
-  const size_t begin = std::min(items.size(), static_cast<size_t>(*from));
-  const size_t end = std::min(items.size(), begin + static_cast<size_t>(*size));
-  json out = {{key, json::array()}};
-  for (size_t i = begin; i < end; ++i) out[key].push_back(items[i]);
-  if (end < items.size()) out["nextPageToken"] = FormatPageToken(end);
-  WriteJson(res, 200, out);
-}
-
 std::string Parent(R req) {
   return "projects/" + req.matches[2].str() + "/locations/" +
          req.matches[3].str();
