@@ -158,6 +158,11 @@ WorkResult AgentCapacity::StartWorkers(const std::vector<StartTarget>& targets,
     } else if (put->status == 201 || put->status == 200) {
       ok[index] = 1;
       result.started_workers.emplace_back(t.host.host_id, put->body);
+    } else if (put->status == 401) {
+      // The agent does not hold the secret of the host's newest
+      // registration (it registered again meanwhile): not this QR's
+      // failure, the host's, as if it could not be reached.
+      result.lost_hosts.insert(t.host.host_id);
     } else {
       result.hard_error = "agent " + t.host.host_id + " refused worker " +
                           t.name + ": " + ErrorFromResponse(*put).message();

@@ -47,6 +47,12 @@ struct Host {
   // Steady ms by which every lease granted to this host's workers has
   // certainly lapsed (last answered heartbeat + lease + margin).
   int64_t lease_until = 0;
+  // Whether the agent holds `secret`: false from a registration until the
+  // first heartbeat it signs with it. The controller's calls carry the
+  // secret, so a host is placed only once this is true (before, the agent
+  // may not have read its registration answer yet). Not persisted: a host
+  // loaded at start-up beats with the secret it already has.
+  bool holds_secret = true;
   nlohmann::json workers = nlohmann::json::array();
 
   nlohmann::json ToStorage() const;

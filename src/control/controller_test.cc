@@ -287,6 +287,27 @@ TEST_F(ControllerTest, SilentHostIsProbedBeforeItIsDeclaredLost) {
   a.PauseHeartbeats(false);
 }
 
+TEST_F(ControllerTest, AHostIsPlacedOnlyOnceItsAgentHoldsItsSecret) {
+  // The controller's calls carry the secret a registration issued; an agent
+  // that has not read its registration answer yet would refuse them. So a
+  // host is placed only after a heartbeat signed with that secret.
+  ControllerOptions options;
+  options.reconcile_interval = std::chrono::milliseconds(20);
+  options.heartbeat_timeout = std::chrono::milliseconds(5000);
+  StartController(options);
+  ASSERT_EQ(Create("late", CpuBody(1)).status, 200);
+  agents_.push_back(std::make_unique<FakeAgent>(url_, kToken, "cpu-2"));
+  FakeAgent& a = *agents_.back();
+  a.StopHeartbeatsOnly(true);
+  ASSERT_TRUE(WaitFor([&] { return !a.host_id().empty(); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(Get("late")["state"]["state"], "WAITING_FOR_RESOURCES");
+  EXPECT_TRUE(a.history().empty());
+  a.StopHeartbeatsOnly(false);
+  ASSERT_TRUE(WaitState("late", "ACTIVE"));
+  EXPECT_EQ(a.history().size(), 1u);
+}
+
 TEST_F(ControllerTest, UnauthenticatedRequestsAre401) {
   StartController();
   for (const char* token : {"", "wrong", "test-token-x"}) {

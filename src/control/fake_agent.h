@@ -131,7 +131,8 @@ class FakeAgent {
   // probe meanwhile: an agent the controller should declare lost. Worker
   // calls still answer, so its workers can be stopped.
   void PauseHeartbeats(bool paused) { paused_ = paused; }
-  // Stops (or resumes) heartbeats only: the agent answers every call.
+  // Stops (or resumes) heartbeats only: the agent answers every call (and
+  // still registers when it has no host id).
   void StopHeartbeatsOnly(bool stopped) { silent_ = stopped; }
 
   std::string address() const { return ip_ + ":" + std::to_string(port_); }
@@ -179,7 +180,7 @@ class FakeAgent {
     Result<ApiClient> client = ApiClient::Create(
         controller_url_, token_, std::chrono::milliseconds(1000));
     while (!stop_) {
-      if (!paused_ && !silent_) {
+      if (!paused_) {
         std::string id = host_id();
         if (id.empty()) {
           nlohmann::json body = {{"hostname", ip_},
@@ -194,7 +195,7 @@ class FakeAgent {
             host_id_ = r->body.at("hostId");
             secret_ = r->body.value("hostSecret", "");
           }
-        } else {
+        } else if (!silent_) {
           nlohmann::json body = {{"workers", nlohmann::json::array()}};
           Result<ApiClient> beat = ApiClient::Create(
               controller_url_, credential(), std::chrono::milliseconds(1000));

@@ -108,6 +108,7 @@ void HostApi::HandleRegister(const httplib::Request& req,
     return;
   }
   h.secret = *secret;
+  h.holds_secret = false;
   Status s = state_.PersistHost(h);
   if (!s.ok()) {
     WriteError(res, 500, "INTERNAL", s.message());
@@ -154,6 +155,10 @@ void HostApi::HandleHeartbeat(const httplib::Request& req,
   }
   it->second.last_heartbeat = SteadyMs();
   state_.GrantLease(it->second);
+  if (!it->second.holds_secret) {
+    it->second.holds_secret = true;  // signed with the newest secret
+    state_.Wake();                   // it can be placed now
+  }
   if (body.is_object() && body.contains("workers") &&
       body["workers"].is_array()) {
     it->second.workers = body["workers"];

@@ -95,7 +95,8 @@ void Reconciler::Schedule(int64_t) {
   for (int pass = 0; pass < 2; ++pass) {
     for (const auto& [id, h] : state_.hosts) {
       const bool recent = h.lost_at > 0 && steady - h.lost_at < 60000;
-      if (!h.lost && !owners.count(id) && recent == (pass == 1)) {
+      if (!h.lost && h.holds_secret && !owners.count(id) &&
+          recent == (pass == 1)) {
         in.free_hosts.push_back({id, h.accelerator_type, h.zone});
       }
     }
