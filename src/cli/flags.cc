@@ -55,11 +55,14 @@ std::optional<long long> ParseInteger(const std::string& text) {
   return value;
 }
 
-CLI::Option* AddIntFlag(CLI::App* app, const std::string& underscore_name,
-                        int* target, const std::string& description) {
-  const std::string flag = "--" + underscore_name;
+namespace {
+
+// An integer option of `names`, its errors naming `flag`.
+CLI::Option* IntOption(CLI::App* app, const std::string& names,
+                       const std::string& flag, int* target,
+                       const std::string& description) {
   CLI::Option* option = app->add_option_function<std::string>(
-      FlagNames(underscore_name),
+      names,
       [flag, target](const std::string& text) {
         const std::optional<long long> value = ParseInteger(text);
         if (!value) {
@@ -77,6 +80,25 @@ CLI::Option* AddIntFlag(CLI::App* app, const std::string& underscore_name,
   return option->type_name("INT")
       ->default_str(std::to_string(*target))
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+}
+
+CLI::Option* StringOption(CLI::App* app, const std::string& names,
+                          std::string* target, const std::string& description) {
+  CLI::Option* option = app->add_option_function<std::string>(
+      names, [target](const std::string& text) { *target = text; },
+      description);
+  option->type_name("TEXT")->multi_option_policy(
+      CLI::MultiOptionPolicy::TakeLast);
+  if (!target->empty()) option->default_str(*target);
+  return option;
+}
+
+}  // namespace
+
+CLI::Option* AddIntFlag(CLI::App* app, const std::string& underscore_name,
+                        int* target, const std::string& description) {
+  return IntOption(app, FlagNames(underscore_name), "--" + underscore_name,
+                   target, description);
 }
 
 CLI::Option* AddSizeFlag(CLI::App* app, const std::string& underscore_name,
@@ -102,18 +124,51 @@ CLI::Option* AddSizeFlag(CLI::App* app, const std::string& underscore_name,
 CLI::Option* AddStringFlag(CLI::App* app, const std::string& underscore_name,
                            std::string* target,
                            const std::string& description) {
-  CLI::Option* option = app->add_option_function<std::string>(
-      FlagNames(underscore_name),
-      [target](const std::string& text) { *target = text; }, description);
-  option->type_name("TEXT")->multi_option_policy(
-      CLI::MultiOptionPolicy::TakeLast);
-  if (!target->empty()) option->default_str(*target);
-  return option;
+  return StringOption(app, FlagNames(underscore_name), target, description);
 }
 
 CLI::Option* AddBoolFlag(CLI::App* app, const std::string& underscore_name,
                          bool* target, const std::string& description) {
   return app->add_flag(FlagNames(underscore_name), *target, description);
+}
+
+CLI::Option* AddIntAlias(CLI::App* app, const std::string& alias, int* target) {
+  return IntOption(app, "--" + alias, "--" + alias, target, "")->group("");
+}
+
+CLI::Option* AddStringAlias(CLI::App* app, const std::string& alias,
+                            std::string* target) {
+  return StringOption(app, "--" + alias, target, "")->group("");
+}
+
+CLI::Option* AddBoolAlias(CLI::App* app, const std::string& alias,
+                          bool* target) {
+  const std::string flag = "--" + alias;
+  CLI::Option* option = app->add_option_function<std::string>(
+      flag,
+      [flag, target](const std::string& text) {
+        const std::string value = Lower(text);
+        if (value.empty() || value == "true" || value == "1" ||
+            value == "yes") {
+          *target = true;
+        } else if (value == "false" || value == "0" || value == "no") {
+          *target = false;
+        } else {
+          throw CLI::ValidationError(flag,
+                                     "'" + text + "' is not true or false");
+        }
+      },
+      "");
+  return option->expected(0, 1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+      ->group("");
+}
+
+std::string Spelled(const CLI::App* app, const std::string& underscore_name,
+                    const std::string& alias) {
+  const CLI::Option* option = app->get_option_no_throw("--" + alias);
+  return option != nullptr && option->count() > 0 ? "--" + alias
+                                                  : "--" + underscore_name;
 }
 
 void AddParallelismFlags(CLI::App* app, mesh::ParallelismConfig* config) {

@@ -48,6 +48,24 @@ CLI::Option* AddStringFlag(CLI::App* app, const std::string& underscore_name,
 CLI::Option* AddBoolFlag(CLI::App* app, const std::string& underscore_name,
                          bool* target, const std::string& description);
 
+// MaxText's runners spell their flags in upper case (multihost_runner.py's
+// --COMMAND, --SCRIPT_DIR, ...). Each Add*Alias registers `--ALIAS`, that
+// spelling only, as an option hidden from --help (name it in the flag's
+// description) that writes the same target with the same checks, its
+// errors naming --ALIAS.
+CLI::Option* AddIntAlias(CLI::App* app, const std::string& alias, int* target);
+CLI::Option* AddStringAlias(CLI::App* app, const std::string& alias,
+                            std::string* target);
+// Takes argparse's string booleans: `--ALIAS`, `--ALIAS=True`, `--ALIAS
+// false` (true/false, 1/0, yes/no in any case); anything else is
+// "--ALIAS: 'x' is not true or false".
+CLI::Option* AddBoolAlias(CLI::App* app, const std::string& alias,
+                          bool* target);
+// The spelling to name in a message about the flag's value: "--ALIAS" when
+// the alias was given on the command line, else "--underscore_name".
+std::string Spelled(const CLI::App* app, const std::string& underscore_name,
+                    const std::string& alias);
+
 // Adds --ici_{data,fsdp,tensor}_parallelism and --dcn_{...}_parallelism,
 // defaults from `config`.
 void AddParallelismFlags(CLI::App* app, mesh::ParallelismConfig* config);

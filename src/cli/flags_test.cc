@@ -151,6 +151,54 @@ TEST(AddStringAndBoolFlagTest, BothSpellings) {
   EXPECT_TRUE(json);
 }
 
+TEST(AliasTest, UpperCaseSpellingsWriteTheSameTargetAndNameThemselves) {
+  CLI::App app;
+  int slices = 1;
+  std::string command;
+  bool existing = false;
+  AddIntFlag(&app, "num_slices", &slices, "Slices.");
+  AddIntAlias(&app, "NUM_SLICES", &slices);
+  AddStringFlag(&app, "command", &command, "Command.");
+  AddStringAlias(&app, "COMMAND", &command);
+  AddBoolFlag(&app, "use_existing_folder", &existing, "Existing.");
+  AddBoolAlias(&app, "USE_EXISTING_FOLDER", &existing);
+  EXPECT_EQ(Parse(app, {"--NUM_SLICES=3", "--COMMAND", "bash x.sh",
+                        "--USE_EXISTING_FOLDER=True"}),
+            "");
+  EXPECT_EQ(slices, 3);
+  EXPECT_EQ(command, "bash x.sh");
+  EXPECT_TRUE(existing);
+  EXPECT_EQ(Spelled(&app, "num_slices", "NUM_SLICES"), "--NUM_SLICES");
+  EXPECT_EQ(Spelled(&app, "command", "COMMAND"), "--COMMAND");
+  EXPECT_EQ(app.help().find("NUM_SLICES"), std::string::npos) << app.help();
+
+  CLI::App lower;
+  AddIntFlag(&lower, "num_slices", &slices, "Slices.");
+  AddIntAlias(&lower, "NUM_SLICES", &slices);
+  AddBoolAlias(&lower, "USE_EXISTING_FOLDER", &existing);
+  EXPECT_EQ(
+      Parse(lower, {"--num_slices", "2", "--USE_EXISTING_FOLDER", "false"}),
+      "");
+  EXPECT_EQ(slices, 2);
+  EXPECT_FALSE(existing);
+  EXPECT_EQ(Spelled(&lower, "num_slices", "NUM_SLICES"), "--num_slices");
+}
+
+TEST(AliasTest, BadValuesNameTheSpellingTyped) {
+  CLI::App app;
+  int slices = 1;
+  bool existing = false;
+  AddIntFlag(&app, "num_slices", &slices, "Slices.");
+  AddIntAlias(&app, "NUM_SLICES", &slices);
+  AddBoolAlias(&app, "USE_EXISTING_FOLDER", &existing);
+  EXPECT_EQ(Parse(app, {"--NUM_SLICES", "two"}),
+            "--NUM_SLICES: 'two' is not an integer");
+  CLI::App other;
+  AddBoolAlias(&other, "USE_EXISTING_FOLDER", &existing);
+  EXPECT_EQ(Parse(other, {"--USE_EXISTING_FOLDER=maybe"}),
+            "--USE_EXISTING_FOLDER: 'maybe' is not true or false");
+}
+
 TEST(ParseByteSizeTest, BinarySuffixes) {
   EXPECT_EQ(ParseByteSize("1048576"), 1048576);
   EXPECT_EQ(ParseByteSize("0"), 0);
