@@ -12,5 +12,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
 scripts/build.sh
+scripts/install_npm_test_deps.sh || echo "test.sh: the npm packages are missing: google_clients_test will fail" >&2
 cd build
 ctest --output-on-failure --timeout 900 "$@"
