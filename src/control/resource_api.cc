@@ -1,6 +1,7 @@
 #include "control/resource_api.h"
 
 #include <algorithm>
+#include <cctype>
 #include <optional>
 #include <set>
 
@@ -56,11 +57,20 @@ json NodeJson(const QueuedResourceRecord& r, const NodeRecord& n,
   return node;
 }
 
-json AcceleratorTypeJson(const std::string& parent, const std::string& type) {
-  Result<mesh::AcceleratorType> t = mesh::ParseAcceleratorType(type);
-  std::string generation = t.ok() ? t->family : type;
+// The AcceleratorConfig.Type enum value of a family, as Cloud TPU names it
+// (V5LITE_POD for v5litepod); families beyond Google's enum (cpu) in
+// capitals, which a typed client decodes as TYPE_UNSPECIFIED.
+std::string GenerationOf(const std::string& family) {
+  if (family == "v5litepod") return "V5LITE_POD";
+  std::string generation = family;
   std::transform(generation.begin(), generation.end(), generation.begin(),
                  [](unsigned char c) { return std::toupper(c); });
+  return generation;
+}
+
+json AcceleratorTypeJson(const std::string& parent, const std::string& type) {
+  Result<mesh::AcceleratorType> t = mesh::ParseAcceleratorType(type);
+  const std::string generation = GenerationOf(t.ok() ? t->family : type);
   return {{"name", parent + "/acceleratorTypes/" + type},
           {"type", type},
           {"acceleratorConfigs", {{{"type", generation}}}}};
