@@ -718,12 +718,17 @@ async function main() {
       'google-gax'))('google-auth-library/package.json')
                                               .version;
   console.log(`versions: ${JSON.stringify(versions)}`);
-  for (const version of ['v2alpha1', 'v2']) {
-    await googleapisSuite(google, version);
-    await gaxSuite(tpuLib, OAuth2Client, version);
+  try {
+    for (const version of ['v2alpha1', 'v2']) {
+      await googleapisSuite(google, version);
+      await gaxSuite(tpuLib, OAuth2Client, version);
+    }
+  } finally {
+    // Also when a suite threw outside its checks: the test then finds it
+    // short of checks.
+    writeFileSync(REPORT, JSON.stringify({versions, checks: report}, null, 1));
   }
   const failed = report.filter((e) => !e.ok).length;
-  writeFileSync(REPORT, JSON.stringify({versions, checks: report}, null, 1));
   console.log(`${report.length - failed} of ${report.length} checks passed`);
   process.exit(failed ? 1 : 0);
 }
