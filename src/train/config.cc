@@ -46,16 +46,22 @@ const Field kFields[] = {
      "tokens per sequence"},
     {"ici_data_parallelism", &TrainConfig::ici_data_parallelism,
      "data-parallel devices within a slice; -1 = the rest"},
+    {"ici_pipeline_parallelism", &TrainConfig::ici_pipeline_parallelism,
+     "pipeline stages within a slice; only 1 (pipelines are not supported "
+     "yet)"},
     {"ici_fsdp_parallelism", &TrainConfig::ici_fsdp_parallelism,
      "FSDP devices within a slice; -1 = the rest"},
     {"ici_tensor_parallelism", &TrainConfig::ici_tensor_parallelism,
-     "tensor-parallel devices within a slice; -1 = the rest"},
+     "tensor-parallel devices within a slice; only 1 (not supported yet)"},
     {"dcn_data_parallelism", &TrainConfig::dcn_data_parallelism,
      "data-parallel slices; -1 = the rest"},
+    {"dcn_pipeline_parallelism", &TrainConfig::dcn_pipeline_parallelism,
+     "pipeline stages across slices; only 1 (pipelines are not supported "
+     "yet)"},
     {"dcn_fsdp_parallelism", &TrainConfig::dcn_fsdp_parallelism,
      "FSDP slices; -1 = the rest"},
     {"dcn_tensor_parallelism", &TrainConfig::dcn_tensor_parallelism,
-     "tensor-parallel slices; -1 = the rest"},
+     "tensor-parallel slices; only 1 (not supported yet)"},
     {"vocab_size", &TrainConfig::vocab_size, "vocabulary size"},
     {"emb_dim", &TrainConfig::emb_dim, "model width; a multiple of num_heads"},
     {"num_heads", &TrainConfig::num_heads, "attention heads"},
@@ -379,6 +385,27 @@ Status CheckParallelism(const char* group, const ParallelismAxis (&axes)[3]) {
   return OkStatus();
 }
 
+// MaxText's axes that `train` does not shard over yet: 1 (the no-op value)
+// and -1 (it resolves to 1 when another axis takes the rest; the mesh check
+// refuses it otherwise) pass, anything else is one sentence.
+Status CheckUnsupportedAxes(const TrainConfig& c) {
+  const ParallelismAxis axes[] = {
+      {"ici_pipeline_parallelism", c.ici_pipeline_parallelism},
+      {"dcn_pipeline_parallelism", c.dcn_pipeline_parallelism},
+      {"ici_tensor_parallelism", c.ici_tensor_parallelism},
+      {"dcn_tensor_parallelism", c.dcn_tensor_parallelism}};
+  for (const ParallelismAxis& axis : axes) {
+    const bool pipeline = std::strstr(axis.key, "pipeline") != nullptr;
+    if (axis.value == 1 || (!pipeline && axis.value == -1)) continue;
+    return InvalidArgument(
+        IntRangeError(axis.key, axis.value,
+                      std::string("1: multislice train does not support ") +
+                          (pipeline ? "pipeline" : "tensor") +
+                          " parallelism yet (it shards with data and fsdp)"));
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 Status ApplyTrainConfigOverrides(const std::vector<std::string>& overrides,
@@ -449,6 +476,7 @@ Status ValidateTrainConfig(const TrainConfig& c) {
       "dcn", {{"dcn_data_parallelism", c.dcn_data_parallelism},
               {"dcn_fsdp_parallelism", c.dcn_fsdp_parallelism},
               {"dcn_tensor_parallelism", c.dcn_tensor_parallelism}}));
+  RETURN_IF_ERROR(CheckUnsupportedAxes(c));
   RETURN_IF_ERROR(CheckAtLeast("vocab_size", c.vocab_size, 1));
   RETURN_IF_ERROR(CheckAtLeast("emb_dim", c.emb_dim, 1));
   RETURN_IF_ERROR(CheckAtLeast("num_heads", c.num_heads, 1));

@@ -33,10 +33,15 @@ struct TrainConfig {
 
   // Mesh: devices per axis within a slice (ici_*) and slices per axis (dcn_*).
   // -1 means "whatever is left"; at most one axis per group may be -1.
+  // MaxText's pipeline and tensor axes are accepted at their no-op value 1
+  // (what `multislice plan` recommends pastes in); > 1 is refused as not
+  // supported yet.
   int ici_data_parallelism = 1;
+  int ici_pipeline_parallelism = 1;
   int ici_fsdp_parallelism = -1;
   int ici_tensor_parallelism = 1;
   int dcn_data_parallelism = -1;
+  int dcn_pipeline_parallelism = 1;
   int dcn_fsdp_parallelism = 1;
   int dcn_tensor_parallelism = 1;
 

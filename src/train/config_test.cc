@@ -404,7 +404,12 @@ TEST_F(ConfigTest, ValidationOfParallelism) {
   config = TrainConfig();
   config.ici_fsdp_parallelism = 2;
   config.ici_tensor_parallelism = 4;
-  EXPECT_TRUE(ValidateTrainConfig(config).ok());
+  // A valid mesh, but train does not shard over tensor (see
+  // UnsupportedAxesTest).
+  EXPECT_EQ(ValidateError(config),
+            "key 'ici_tensor_parallelism' = 4: expected 1: multislice train "
+            "does not support tensor parallelism yet (it shards with data and "
+            "fsdp)");
 }
 
 TEST_F(ConfigTest, DescribeListsEveryKeyWithItsDefault) {
@@ -417,6 +422,54 @@ TEST_F(ConfigTest, DescribeListsEveryKeyWithItsDefault) {
             std::string::npos);
   EXPECT_NE(text.find("  adam_eps (float, default 1e-08): "),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace multislice
+
+namespace multislice {
+namespace {
+
+// Issue 13 (first-hour trap): `multislice plan` recommends
+// "dcn_data_parallelism=2 dcn_fsdp_parallelism=1 dcn_pipeline_parallelism=1
+// dcn_tensor_parallelism=1" and train refused dcn_pipeline_parallelism as an
+// unknown key. The no-op value 1 of MaxText's pipeline and tensor axes is
+// accepted; anything above is one sentence saying it is not supported yet.
+TEST(UnsupportedAxesTest, PlanLinePastesInAndAboveOneIsNotSupportedYet) {
+  TempDir dir;
+  const std::string yaml = dir.path() + "/empty.yml";
+  std::ofstream(yaml) << "";
+  Result<TrainConfig> pasted = LoadTrainConfig(
+      yaml, {"dcn_data_parallelism=2", "dcn_fsdp_parallelism=1",
+             "dcn_pipeline_parallelism=1", "dcn_tensor_parallelism=1",
+             "ici_pipeline_parallelism=1", "ici_tensor_parallelism=1"});
+  ASSERT_TRUE(pasted.ok()) << pasted.status().message();
+  EXPECT_TRUE(ValidateTrainConfig(*pasted).ok());
+  EXPECT_EQ(pasted->dcn_pipeline_parallelism, 1);
+
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"dcn_pipeline_parallelism=2",
+       "key 'dcn_pipeline_parallelism' = 2: expected 1: multislice train "
+       "does not support pipeline parallelism yet (it shards with data and "
+       "fsdp)"},
+      {"ici_pipeline_parallelism=-1",
+       "key 'ici_pipeline_parallelism' = -1: expected 1: multislice train "
+       "does not support pipeline parallelism yet (it shards with data and "
+       "fsdp)"},
+      {"ici_tensor_parallelism=4",
+       "key 'ici_tensor_parallelism' = 4: expected 1: multislice train does "
+       "not support tensor parallelism yet (it shards with data and fsdp)"},
+      {"dcn_tensor_parallelism=2",
+       "key 'dcn_tensor_parallelism' = 2: expected 1: multislice train does "
+       "not support tensor parallelism yet (it shards with data and fsdp)"},
+  };
+  for (const auto& [override_text, expected] : refused) {
+    Result<TrainConfig> config = LoadTrainConfig(yaml, {override_text});
+    ASSERT_TRUE(config.ok()) << override_text;
+    Status status = ValidateTrainConfig(*config);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << override_text;
+    EXPECT_EQ(status.message(), expected);
+  }
 }
 
 }  // namespace
