@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
+
+#include "train/metrics.h"
 
 namespace multislice::train {
 namespace {
@@ -9,6 +12,7 @@ namespace {
 struct StepRecord {
   int64_t step = 0;
   int attempt = 0;
+  int64_t resume = 0;  // metrics.h's resume index: the trainer's start
   double end = 0;
   double seconds = 0;
 };
@@ -41,6 +45,7 @@ Result<Goodput> ComputeGoodput(double start, double end,
     StepRecord s;
     s.step = r.value("step", int64_t{0});
     s.attempt = r.value("attempt", 0);
+    s.resume = r.value(kResumeField, int64_t{0});
     s.end = r.value("time", 0.0);
     s.seconds = r.value("step_time_s", 0.0);
     if (s.end < start || s.end > end) continue;  // another job's records
@@ -48,11 +53,16 @@ Result<Goodput> ComputeGoodput(double start, double end,
   }
   Goodput g;
   g.wall_seconds = end - start;
-  // The last run of each step counts; earlier runs were recomputed.
+  // The last run of each step counts (the highest resume, as metrics.h's
+  // CurrentStepRecords, then the latest); earlier runs were recomputed.
   std::map<int64_t, const StepRecord*> last;
   for (const StepRecord& s : steps) {
     auto it = last.find(s.step);
-    if (it == last.end() || s.end >= it->second->end) last[s.step] = &s;
+    if (it == last.end() ||
+        std::pair(s.resume, s.end) >=
+            std::pair(it->second->resume, it->second->end)) {
+      last[s.step] = &s;
+    }
   }
   for (const StepRecord& s : steps) {
     if (last[s.step] == &s) {
@@ -64,11 +74,14 @@ Result<Goodput> ComputeGoodput(double start, double end,
   }
   g.steps = static_cast<int64_t>(last.size());
 
-  // Failures: each attempt after the first one seen in the records.
-  std::map<int, std::pair<double, double>> attempt_span;  // first start, last
+  // Failures: each start of the trainer (a new attempt of the job, or a
+  // new resume within one) after the first one seen in the records.
+  using Start = std::pair<int, int64_t>;                    // attempt, resume
+  std::map<Start, std::pair<double, double>> attempt_span;  // first, last
+
   for (const StepRecord& s : steps) {
-    auto [it, fresh] =
-        attempt_span.try_emplace(s.attempt, s.end - s.seconds, s.end);
+    auto [it, fresh] = attempt_span.try_emplace(Start(s.attempt, s.resume),
+                                                s.end - s.seconds, s.end);
     if (!fresh) {
       it->second.first = std::min(it->second.first, s.end - s.seconds);
       it->second.second = std::max(it->second.second, s.end);
@@ -87,7 +100,7 @@ Result<Goodput> ComputeGoodput(double start, double end,
       // Attempt 0: an observation that does not know the attempt (the
       // controller's state history).
       if (down >= 0 && o.state == "ACTIVE" &&
-          (o.attempt == 0 || o.attempt >= next->first)) {
+          (o.attempt == 0 || o.attempt >= next->first.first)) {
         up = o.time;
         break;
       }

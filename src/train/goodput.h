@@ -5,10 +5,13 @@
 // "step_time_s", wall-clock "time" at its end and restart "attempt") and the
 // queued resource's state as the job runner observed it over time. A step
 // trained more than once (by an attempt that failed after it and a later one
-// that resumed from an older checkpoint) counts once, in its last attempt;
-// the earlier runs of it are "recomputed".
+// that resumed from an older checkpoint) counts once, in its record of the
+// highest "resume" (metrics.h: the trainer's start in the run directory),
+// the latest of those; the earlier runs of it are "recomputed".
 //
-// For each failure (a change of attempt), with t_last the end of the failed
+// For each failure (a change of attempt, or of resume within an attempt: a
+// trainer started again by hand or by a retrying script), with t_last the
+// end of the failed
 // attempt's last step, t_down the first observation of the queued resource
 // out of ACTIVE, t_up the first observation of ACTIVE again and t_first the
 // end of the new attempt's first step minus that step's time:

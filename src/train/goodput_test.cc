@@ -72,3 +72,35 @@ TEST(GoodputTest, EndBeforeStartIsRejected) {
 
 }  // namespace
 }  // namespace multislice::train
+
+namespace multislice::train {
+namespace {
+
+// Issue 13: a trainer started again by hand in the same attempt (Ctrl-C,
+// then the same command) resumes from step 5 with resume 1. Its steps count,
+// the first start's steps 6-8 are recomputed, and the gap is one failure.
+TEST(GoodputTest, ResumeWithinOneAttemptSupersedesTheEarlierRecords) {
+  std::vector<nlohmann::json> records;
+  for (int s = 1; s <= 8; ++s) {
+    nlohmann::json r = Step(s, 0, 100 + s, 1);
+    r["resume"] = 0;
+    records.push_back(r);
+  }
+  for (int s = 6; s <= 10; ++s) {
+    nlohmann::json r = Step(s, 0, 110 + s, 1);
+    r["resume"] = 1;
+    records.push_back(r);
+  }
+  Result<Goodput> g = ComputeGoodput(100, 121, records, {});
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ(g->steps, 10);
+  EXPECT_DOUBLE_EQ(g->training_seconds, 10);
+  EXPECT_EQ(g->recomputed_steps, 3);
+  EXPECT_EQ(g->failures, 1);
+  // From the end of the first start's step 8 (108) to the start of the
+  // second's first step (115): no state observations, all of it repair.
+  EXPECT_DOUBLE_EQ(g->repair_seconds, 7);
+}
+
+}  // namespace
+}  // namespace multislice::train

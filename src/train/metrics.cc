@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <sstream>
 
 namespace multislice::train {
@@ -201,6 +202,32 @@ std::string FormatDuration(double seconds) {
     std::snprintf(text, sizeof(text), "%llds", static_cast<long long>(secs));
   }
   return text;
+}
+
+int64_t NextResumeIndex(const std::vector<nlohmann::json>& records) {
+  int64_t next = 0;
+  for (const nlohmann::json& r : records) {
+    if (!r.is_object() || !r.contains("step")) continue;
+    next = std::max(next, r.value(kResumeField, int64_t{0}) + 1);
+  }
+  return next;
+}
+
+std::vector<nlohmann::json> CurrentStepRecords(
+    const std::vector<nlohmann::json>& records) {
+  std::map<int64_t, const nlohmann::json*> current;
+  for (const nlohmann::json& r : records) {
+    if (!r.is_object() || !r.contains("step")) continue;
+    const nlohmann::json*& slot = current[r.value("step", int64_t{0})];
+    if (slot == nullptr || r.value(kResumeField, int64_t{0}) >=
+                               slot->value(kResumeField, int64_t{0})) {
+      slot = &r;
+    }
+  }
+  std::vector<nlohmann::json> out;
+  out.reserve(current.size());
+  for (const auto& [step, record] : current) out.push_back(*record);
+  return out;
 }
 
 std::string ProgressBar(int64_t step, int64_t total, double elapsed_seconds,

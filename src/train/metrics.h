@@ -78,6 +78,27 @@ class MetricsWriter {
   int64_t repaired_bytes_ = 0;
 };
 
+// Resumes. Every step record carries "resume": 0 in the trainer's first
+// start in a run directory, then one more at each start that writes
+// records (NextResumeIndex). A resume from the checkpoint of step k trains
+// and records steps k+1... again, so a step may have several records; the
+// one that counts is the one of the highest resume (CurrentStepRecords):
+// the earlier ones were trained by a start that stopped before the next
+// checkpoint, their time is goodput's "recomputed" (goodput.h). Nothing is
+// removed from the file (a reader that wants every run of a step still has
+// it). Records without the field (older files) count as resume 0.
+inline constexpr char kResumeField[] = "resume";
+
+// One more than the highest resume of the step records in `records`, or 0
+// when there are none.
+int64_t NextResumeIndex(const std::vector<nlohmann::json>& records);
+
+// The record that counts for each step, in step order: of the records with
+// that "step", the one with the highest resume, the last in file order
+// among equals. Records without "step" are left out.
+std::vector<nlohmann::json> CurrentStepRecords(
+    const std::vector<nlohmann::json>& records);
+
 // One console line showing training progress, for example
 //   "[#########-----------]  45/100  45%  ETA 1m03s"
 // `width` is the number of bar cells between the brackets (negative is taken

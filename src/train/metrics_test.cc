@@ -396,3 +396,35 @@ TEST(LossPlotTest, FailsWithoutLeavingTempFile) {
 
 }  // namespace
 }  // namespace multislice::train
+
+namespace multislice::train {
+namespace {
+
+// Issue 13 (first-hour trap): a resumed run logged its steps again with the
+// same attempt, so nothing told the superseded records apart. Each start
+// writes one more "resume"; the record of the highest resume counts.
+TEST(ResumeRecordsTest, HighestResumeOfEachStepCounts) {
+  EXPECT_EQ(NextResumeIndex({}), 0);
+  EXPECT_EQ(NextResumeIndex({{{"note", "no step"}}}), 0);
+  // An older file without the field: its records are resume 0.
+  EXPECT_EQ(NextResumeIndex({{{"step", 1}}, {{"step", 2}}}), 1);
+
+  std::vector<nlohmann::json> records;
+  for (int s = 1; s <= 7; ++s) {
+    records.push_back({{"step", s}, {"resume", 0}, {"loss", 10.0 + s}});
+  }
+  // Resumed from the step-5 checkpoint: 6 and 7 again, then 8.
+  for (int s = 6; s <= 8; ++s) {
+    records.push_back({{"step", s}, {"resume", 1}, {"loss", 20.0 + s}});
+  }
+  EXPECT_EQ(NextResumeIndex(records), 2);
+  const std::vector<nlohmann::json> current = CurrentStepRecords(records);
+  ASSERT_EQ(current.size(), 8u);
+  for (int s = 1; s <= 8; ++s) {
+    EXPECT_EQ(current[s - 1]["step"], s);
+    EXPECT_EQ(current[s - 1]["loss"], (s <= 5 ? 10.0 : 20.0) + s) << s;
+  }
+}
+
+}  // namespace
+}  // namespace multislice::train

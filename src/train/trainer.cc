@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -25,6 +26,7 @@
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/metrics.h"
+#include "train/run_directory.h"
 #include "train/train_state.h"
 
 namespace multislice::train {
@@ -114,9 +116,14 @@ class Reporter {
   Reporter(const TrainerOptions& options, double flops_per_step, int attempt)
       : options_(options), flops_per_step_(flops_per_step), attempt_(attempt) {}
 
+  // Opens metrics.jsonl; its earlier records give this start's resume
+  // index (metrics.h) and the plot's history.
   Status Open(const std::string& run_dir) {
     ASSIGN_OR_RETURN(metrics_, MetricsWriter::Open(run_dir));
     run_dir_ = run_dir;
+    auto records = MetricsWriter::ReadAll(metrics_->path());
+    if (records.ok()) history_ = std::move(*records);
+    resume_ = NextResumeIndex(history_);
     return OkStatus();
   }
 
@@ -140,6 +147,7 @@ class Reporter {
         {"tokens_per_s", tokens_per_step / seconds},
         {"tflops_per_device", tflops},
         {"attempt", attempt_},
+        {kResumeField, resume_},
         {"time", std::chrono::duration<double>(
                      std::chrono::system_clock::now().time_since_epoch())
                      .count()}};
@@ -234,7 +242,10 @@ class Reporter {
   }
 
   void Plot() {
-    if (run_dir_.empty()) return;
+    // No points (a finished run whose metrics.jsonl is gone): keep the plot.
+    if (run_dir_.empty() || (train_points_.empty() && val_points_.empty())) {
+      return;
+    }
     Status s =
         WriteLossPlotSvg(run_dir_ + "/loss.svg", train_points_, val_points_,
                          "multislice train: " + options_.config.run_name);
@@ -246,26 +257,30 @@ class Reporter {
     }
   }
 
-  // Earlier attempts' points, so the plot shows the whole run.
+  // Earlier starts' points up to the step resumed from, each step's record
+  // that counts (metrics.h), so the plot shows the whole run, also when
+  // there is nothing left to train.
   void LoadHistory(int64_t up_to_step) {
-    if (up_to_step < 1) return;
-    auto records = MetricsWriter::ReadAll(run_dir_ + "/metrics.jsonl");
-    if (!records.ok()) return;
-    std::map<int64_t, double> train, val;
-    for (const nlohmann::json& r : *records) {
+    for (const nlohmann::json& r : CurrentStepRecords(history_)) {
       const int64_t step = r.value("step", int64_t{-1});
       if (step < 1 || step > up_to_step) continue;
-      if (r.contains("loss")) train[step] = r["loss"].get<double>();
-      if (r.contains("val_loss")) val[step] = r["val_loss"].get<double>();
+      const auto x = static_cast<double>(step);
+      if (r.contains("loss") && r["loss"].is_number()) {
+        train_points_.emplace_back(x, r["loss"].get<double>());
+      }
+      if (r.contains("val_loss") && r["val_loss"].is_number()) {
+        val_points_.emplace_back(x, r["val_loss"].get<double>());
+      }
     }
-    for (auto [s, l] : train) train_points_.emplace_back(s, l);
-    for (auto [s, l] : val) val_points_.emplace_back(s, l);
+    history_.clear();
   }
 
  private:
   const TrainerOptions& options_;
   const double flops_per_step_;
   const int attempt_;
+  int64_t resume_ = 0;
+  std::vector<nlohmann::json> history_;  // metrics.jsonl at Open
   std::optional<MetricsWriter> metrics_;
   std::string run_dir_;
   std::vector<std::pair<double, double>> train_points_, val_points_;
@@ -337,6 +352,41 @@ Status CatchOutOfMemory(const std::function<Status()>& train,
         "; lower per_device_batch_size or max_target_length, or free memory "
         "on the host");
   }
+}
+
+// Moves the complete steps after `start_step` (they failed to load) to
+// DIR/corrupt-<step>-attempt<A>-<pid>, with a warning each.
+void MoveAsideUnreadableSteps(const CheckpointManager& checkpoints,
+                              const std::string& dir, int64_t start_step,
+                              int attempt) {
+  auto steps = checkpoints.CompleteSteps();
+  if (!steps.ok()) return;
+  for (int64_t step : *steps) {
+    if (step <= start_step) continue;
+    const std::string from = dir + "/" + std::to_string(step);
+    const std::string to = dir + "/corrupt-" + std::to_string(step) +
+                           "-attempt" + std::to_string(attempt) + "-" +
+                           std::to_string(::getpid());
+    std::error_code ec;
+    std::filesystem::rename(from, to, ec);
+    std::fprintf(stderr,
+                 "multislice train: warning: checkpoint step %lld could not "
+                 "be read; %s\n",
+                 static_cast<long long>(step),
+                 ec ? ("left in place: " + ec.message()).c_str()
+                    : ("moved to " + to).c_str());
+  }
+}
+
+// A resumed run whose schedule keys changed since its last start says so
+// (run_directory.h): config.json still holds that start's values here.
+void WarnOfScheduleChange(const std::string& run_dir, const TrainConfig& config,
+                          int64_t restored_step) {
+  std::ifstream in(run_dir + "/config.json");
+  const nlohmann::json previous = nlohmann::json::parse(in, nullptr, false);
+  const std::string note = ScheduleChangeNote(previous, config, restored_step);
+  if (note.empty()) return;
+  std::fprintf(stderr, "multislice train: warning: %s\n", note.c_str());
 }
 
 }  // namespace
@@ -469,6 +519,7 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
       return Internal(run_dir +
                       ": cannot create the run directory: " + ec.message());
     }
+    if (restored) WarnOfScheduleChange(run_dir, config, restored_step);
     RETURN_IF_ERROR(WriteFileAtomically(run_dir + "/config.json",
                                         ToJson(config).dump(2) + "\n")
                         .WithContext("cannot write the run's config"));
@@ -634,6 +685,7 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
       }
     }
     if (printer && local == 0) {
+      reporter.LoadHistory(start_step);
       summary->restored_step =
           from_replica || restored ? start_step : int64_t{-1};
       summary->restored_from =
@@ -663,25 +715,8 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
     // Complete steps newer than the one restored failed to load: move them
     // aside, so that this run can save those steps again.
     if (reporter_thread_for_cleanup) {
-      if (auto steps = checkpoints.CompleteSteps(); steps.ok()) {
-        for (int64_t step : *steps) {
-          if (step <= start_step) continue;
-          const std::string from =
-              ckpt_options.directory + "/" + std::to_string(step);
-          const std::string to = ckpt_options.directory + "/corrupt-" +
-                                 std::to_string(step) + "-attempt" +
-                                 std::to_string(rt.env().attempt) + "-" +
-                                 std::to_string(::getpid());
-          std::error_code ec;
-          std::filesystem::rename(from, to, ec);
-          std::fprintf(stderr,
-                       "multislice train: warning: checkpoint step %lld "
-                       "could not be read; %s\n",
-                       static_cast<long long>(step),
-                       ec ? ("left in place: " + ec.message()).c_str()
-                          : ("moved to " + to).c_str());
-        }
-      }
+      MoveAsideUnreadableSteps(checkpoints, ckpt_options.directory, start_step,
+                               rt.env().attempt);
     }
 
     model::gpt::GptModel gpt(model_config, matmul_type);
@@ -855,7 +890,6 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
       if (reporter_thread) {
         if (step == start_step + 1) {
           summary->seconds_to_first_step = SecondsSince(start);
-          reporter.LoadHistory(start_step);
         }
         Status recorded =
             reporter.Step(step, start_step + 1, stats[0], lr, norm, seconds,
