@@ -6,16 +6,19 @@
 // Before anything big is allocated, the memory the configuration needs is
 // checked against what the host has (train/memory.h): by the launcher of
 // local slices for all of them together, and by every worker for itself.
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <memory>
 #include <new>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "bench/peak.h"
 #include "cli/commands.h"
@@ -28,6 +31,7 @@
 #include "train/config.h"
 #include "train/data.h"
 #include "train/memory.h"
+#include "train/run_directory.h"
 #include "train/trainer.h"
 
 namespace multislice::cli {
@@ -151,8 +155,31 @@ int AxisSize(const mesh::DeviceMesh& mesh, const std::string& axis) {
   return 1;
 }
 
+int ProcessCount(const runtime::WorkerEnv& env) {
+  return env.num_slices * static_cast<int>(env.worker_hostnames.size());
+}
+
+// Process 0 of the job (slice 0 worker 0, the one that writes the run
+// directory's files) holds its lock until it exits (train/run_directory.h);
+// the other workers share the directory. An earlier attempt of the same job
+// still stopping is waited for as long as a peer would be.
+Result<std::optional<train::RunDirectoryLock>> LockRunDirectory(
+    const TrainConfig& config, const runtime::WorkerEnv& env,
+    const TrainFlags& flags) {
+  if (env.slice_id != 0 || env.worker_id != 0) {
+    return std::optional<train::RunDirectoryLock>();
+  }
+  ASSIGN_OR_RETURN(train::RunDirectoryLock lock,
+                   train::RunDirectoryLock::Acquire(
+                       RunDirectory(config), {env.run_id, env.attempt},
+                       std::chrono::seconds(flags.timeout_seconds)));
+  return std::optional<train::RunDirectoryLock>(std::move(lock));
+}
+
 int RunWorkerBody(const TrainConfig& config, const runtime::WorkerEnv& env,
                   const TrainFlags& flags) {
+  auto lock = LockRunDirectory(config, env, flags);
+  if (!lock.ok()) return Fail(lock.status());
   runtime::RuntimeOptions options;
   options.env = env;
   options.parallelism = Parallelism(config);
@@ -268,13 +295,44 @@ int RunWorker(const TrainConfig& config, const runtime::WorkerEnv& env,
   }
 }
 
-std::string TimestampRunName() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "run-%Y%m%d-%H%M%S", &tm);
-  return buf;
+// An empty run_name: a name chosen once here (train/run_directory.h) and
+// handed to every local worker; the launcher says which, with the command
+// that resumes the run, since the same command again would pick another.
+Status NameTheRun(const std::optional<runtime::WorkerEnv>& env,
+                  const TrainFlags& flags, TrainConfig& config,
+                  std::vector<std::string>& argv) {
+  ASSIGN_OR_RETURN(train::DefaultRunName chosen,
+                   train::ChooseRunName(runtime::ProcessEnvironment(),
+                                        !env || ProcessCount(*env) == 1));
+  config.run_name = chosen.name;
+  argv.push_back("run_name=" + config.run_name);
+  RETURN_IF_ERROR(ValidateTrainConfig(config));
+  if (env) return OkStatus();
+  std::fprintf(flags.json ? stderr : stdout,
+               "%s: run_name is empty, so this run is named %s (%s); resume "
+               "it with: %s\n",
+               kName, config.run_name.c_str(),
+               chosen.source == "timestamp" ? "a timestamp"
+                                            : ("from " + chosen.source).c_str(),
+               train::ShellCommand(argv).c_str());
+  std::fflush(flags.json ? stderr : stdout);
+  return OkStatus();
+}
+
+// A local job stopped by a signal (Ctrl-C, SIGTERM, a killed worker): the
+// newest committed checkpoint and the command that resumes from it.
+void PrintResumeHint(const TrainConfig& config, int exit_code,
+                     const std::vector<std::string>& argv) {
+  if (exit_code < 128) return;
+  const int sig = exit_code - 128;
+  const std::string what = sig == SIGINT    ? "interrupted (Ctrl-C)"
+                           : sig == SIGTERM ? "stopped (SIGTERM)"
+                                            : "stopped (a worker got signal " +
+                                                  std::to_string(sig) + ": " +
+                                                  strsignal(sig) + ")";
+  std::fflush(stdout);
+  std::fprintf(stderr, "%s: %s\n", kName,
+               train::ResumeHint(config, what, argv).c_str());
 }
 
 int Run(const TrainFlags& flags) {
@@ -282,19 +340,19 @@ int Run(const TrainFlags& flags) {
   if (!config_or.ok()) return Fail(config_or.status());
   TrainConfig config = *config_or;
   std::vector<std::string> argv = CommandLine();
-  if (config.run_name.empty()) {
-    // Chosen once here and handed to every worker.
-    config.run_name = TimestampRunName();
-    argv.push_back("run_name=" + config.run_name);
-  }
+  auto env = runtime::ReadWorkerEnv(runtime::ProcessEnvironment());
+  if (!env.ok()) return Fail(env.status());
   if (Status s = ValidateTrainConfig(config); !s.ok()) return Fail(s);
+  if (config.run_name.empty()) {
+    if (Status s = NameTheRun(*env, flags, config, argv); !s.ok()) {
+      return Fail(s);
+    }
+  }
   if (flags.timeout_seconds < 1) {
     return Fail(InvalidArgument("--timeout_seconds: expected at least 1, got " +
                                 std::to_string(flags.timeout_seconds)));
   }
 
-  auto env = runtime::ReadWorkerEnv(runtime::ProcessEnvironment());
-  if (!env.ok()) return Fail(env.status());
   if (env->has_value()) {
     // One worker of a job someone else launched (an agent, or by hand).
     return RunWorker(config, **env, flags);
@@ -337,9 +395,19 @@ int Run(const TrainFlags& flags) {
       parallelism, type->devices_per_slice(), num_slices);
   if (!resolved.ok()) return Fail(resolved.status());
   if ((*resolved).ici[2] != 1 || (*resolved).dcn[2] != 1) {
+    const bool ici = (*resolved).ici[2] != 1;
     return Fail(InvalidArgument(
-        "ici_tensor_parallelism/dcn_tensor_parallelism: multislice train "
-        "shards with data and fsdp only; set both to 1"));
+        std::string("key '") + (ici ? "ici" : "dcn") +
+        "_tensor_parallelism' = -1 resolves to " +
+        std::to_string(ici ? (*resolved).ici[2] : (*resolved).dcn[2]) +
+        ": expected 1: multislice train does not support tensor parallelism "
+        "yet (it shards with data and fsdp)"));
+  }
+  // A second training of this run directory is refused before any worker
+  // starts (worker 0 takes the lock itself: see LockRunDirectory).
+  if (Status s = train::RunDirectoryLock::CheckFree(RunDirectory(config));
+      !s.ok()) {
+    return Fail(s);
   }
   auto dataset = DatasetDirectory(config);
   if (!dataset.ok()) return Fail(dataset.status());
@@ -360,9 +428,12 @@ int Run(const TrainFlags& flags) {
   job.accelerator_type = accelerator_type;
   job.argv = argv;
   job.raw_stdout_of_first_worker = true;
-  return runtime::RunLocalJob(job, [&](const runtime::WorkerEnv& worker_env) {
-    return RunWorker(config, worker_env, flags);
-  });
+  const int code =
+      runtime::RunLocalJob(job, [&](const runtime::WorkerEnv& worker_env) {
+        return RunWorker(config, worker_env, flags);
+      });
+  PrintResumeHint(config, code, argv);
+  return code;
 }
 
 }  // namespace

@@ -701,6 +701,175 @@ TEST_F(TrainCommandTest, OneStepRunPrintsNoZeroFigures) {
   EXPECT_EQ(out.find(" 0 tokens/s"), std::string::npos) << out;
 }
 
+// Issue 13 (first-hour trap): running a finished run again ("nothing to
+// do") rewrote loss.svg as empty axes. The plot is redrawn from
+// metrics.jsonl: the same file as the run's own.
+TEST_F(TrainCommandTest, NothingToDoKeepsTheLossPlot) {
+  const std::vector<std::string> args = {"run_name=plot", "steps=3",
+                                         "--num_slices", "1"};
+  Train(args, "plot-first");
+  const std::string plot = ReadFile(RunDir("plot") + "/loss.svg");
+  ASSERT_NE(plot.find("<polyline"), std::string::npos) << plot;
+  nlohmann::json again = Train(args, "plot-again");
+  EXPECT_EQ(again.value("restored_step", int64_t{-1}), 3);
+  EXPECT_EQ(ReadFile(RunDir("plot") + "/loss.svg"), plot);
+}
+
+// Issue 13: a second training of the same run directory interleaved
+// metrics.jsonl and collided on checkpoints. Worker 0 of the first holds the
+// directory's lock; the second exits 1 with one sentence naming the
+// directory and that worker's pid, before writing anything. A killed holder
+// leaves no stale lock: the next run resumes.
+TEST_F(TrainCommandTest, SecondTrainingOfARunDirectoryIsRefused) {
+  const std::vector<std::string> args = {
+      "run_name=busy", "steps=40", "checkpoint_period=5",
+      "--num_slices",  "1",        "--accelerator_type",
+      "cpu-1"};
+  Child first = Spawn(Args(args), {"MULTISLICE_TEST_STEP_DELAY_MS=200"},
+                      dir_.path(), "busy-first");
+  ASSERT_TRUE(WaitForFile(RunDir("busy") + "/metrics.jsonl", 120))
+      << ReadFile(first.err);
+  const std::vector<pid_t> workers = Workers(first);
+  ASSERT_EQ(workers.size(), 1u);
+  const size_t records =
+      train::MetricsWriter::ReadAll(RunDir("busy") + "/metrics.jsonl")->size();
+
+  Child second = Spawn(Args(args), {}, dir_.path(), "busy-second");
+  EXPECT_EQ(WaitExit(second, 60), 1);
+  const std::string err = ReadFile(second.err);
+  EXPECT_EQ(Count(err, "\n"), 1u) << err;
+  EXPECT_NE(err.find("the run directory " + RunDir("busy") +
+                     " is in use by another training (pid " +
+                     std::to_string(workers[0])),
+            std::string::npos)
+      << err;
+  // Only the first training's records: one per step, in order.
+  auto all = train::MetricsWriter::ReadAll(RunDir("busy") + "/metrics.jsonl");
+  ASSERT_TRUE(all.ok());
+  ASSERT_GE(all->size(), records);
+  for (size_t i = 0; i < all->size(); ++i) {
+    EXPECT_EQ((*all)[i].value("step", int64_t{0}), static_cast<int64_t>(i + 1));
+  }
+
+  // kill -9 of the holder; the launcher reaps it before it exits.
+  ::kill(workers[0], SIGKILL);
+  EXPECT_EQ(WaitExit(first, 60), 128 + SIGKILL);
+  nlohmann::json resumed = Train(args, "busy-third");
+  EXPECT_EQ(resumed.value("last_step", int64_t{0}), 40);
+}
+
+// Issue 13: Ctrl-C stopped the run without a word about what was saved, a
+// resume logged its steps again with the same attempt, and a new `steps`
+// stretched the schedule silently. Now: the interrupt names the newest
+// committed checkpoint and the command that resumes; every record carries
+// its start's "resume", the record of the highest one counting for each
+// step; changing steps on resume is one warning with both values.
+TEST_F(TrainCommandTest, CtrlCSaysHowToResumeAndTheResumeIsTold) {
+  const std::vector<std::string> args = {
+      "run_name=ctrlc", "steps=30", "checkpoint_period=5",
+      "--num_slices",   "1",        "--accelerator_type",
+      "cpu-1"};
+  Child victim = Spawn(Args(args), {"MULTISLICE_TEST_STEP_DELAY_MS=150"},
+                       dir_.path(), "ctrlc-first");
+  ASSERT_TRUE(WaitForFile(RunDir("ctrlc") + "/checkpoints/5/COMMITTED", 120))
+      << ReadFile(victim.err);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  ::kill(victim.pid, SIGINT);  // the launcher, as a terminal's Ctrl-C
+  EXPECT_EQ(WaitExit(victim, 60), 128 + SIGINT);
+  const std::vector<int64_t> complete = CompleteSteps(RunDir("ctrlc"));
+  ASSERT_FALSE(complete.empty());
+  const int64_t newest = complete.back();
+  const std::string err = ReadFile(victim.err);
+  EXPECT_NE(err.find("multislice train: interrupted (Ctrl-C); the newest "
+                     "committed checkpoint is step " +
+                     std::to_string(newest) + " (" + RunDir("ctrlc") +
+                     "/checkpoints/" + std::to_string(newest) +
+                     "); resume with: " + testing_util::Binary() + " train "),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find(" run_name=ctrlc steps=30 "), std::string::npos) << err;
+
+  Child second =
+      Spawn(Args(With(args, {"steps=40"})), {}, dir_.path(), "ctrlc-second");
+  ASSERT_EQ(WaitExit(second, 240), 0) << ReadFile(second.err);
+  const std::string warned = ReadFile(second.err);
+  EXPECT_NE(warned.find("multislice train: warning: steps changed from 30 to "
+                        "40 since this run's last start: the learning-rate "
+                        "schedule is recomputed"),
+            std::string::npos)
+      << warned;
+
+  auto records =
+      train::MetricsWriter::ReadAll(RunDir("ctrlc") + "/metrics.jsonl");
+  ASSERT_TRUE(records.ok());
+  const int64_t last_first = [&] {
+    int64_t last = 0;
+    for (const nlohmann::json& r : *records) {
+      if (r.value("resume", -1) == 0) last = r.value("step", int64_t{0});
+    }
+    return last;
+  }();
+  EXPECT_GT(last_first, newest) << "the interrupt came right at a checkpoint";
+  const std::vector<nlohmann::json> current =
+      train::CurrentStepRecords(*records);
+  ASSERT_EQ(current.size(), 40u);
+  for (const nlohmann::json& r : current) {
+    const int64_t step = r.value("step", int64_t{0});
+    EXPECT_EQ(r.value("resume", -1), step <= newest ? 0 : 1) << step;
+  }
+}
+
+// Issue 13: an empty run_name picked a new timestamp at every start, so the
+// same command never resumed. The launcher names the run and the command
+// that resumes it, and that command does.
+TEST_F(TrainCommandTest, EmptyRunNameSaysTheNameAndHowToResume) {
+  const std::vector<std::string> args = {"steps=2", "--num_slices", "1"};
+  Child first = Spawn(Args(args), {}, dir_.path(), "unnamed");
+  ASSERT_EQ(WaitExit(first, 240), 0) << ReadFile(first.err);
+  const std::string err = ReadFile(first.err);
+  const std::string intro =
+      "multislice train: run_name is empty, so this run is named ";
+  const size_t at = err.find(intro);
+  ASSERT_NE(at, std::string::npos) << err;
+  const std::string name = err.substr(
+      at + intro.size(), err.find(' ', at + intro.size()) - at - intro.size());
+  EXPECT_EQ(name.rfind("run-", 0), 0u) << err;
+  EXPECT_NE(err.find("resume it with: " + testing_util::Binary() + " train "),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find(" run_name=" + name + "\n"), std::string::npos) << err;
+  nlohmann::json again = Train(With(args, {"run_name=" + name}), "named");
+  EXPECT_EQ(again.value("restored_step", int64_t{-1}), 2);
+}
+
+// Issue 13: `multislice plan` recommends dcn_pipeline_parallelism=1, which
+// train refused as an unknown key; its recommendation now pastes into train.
+TEST_F(TrainCommandTest, PlanRecommendationPastesIntoTrain) {
+  Child plan =
+      Spawn({"plan", "--accelerator_type", "v4-16", "--num_slices", "2",
+             "--parameters", "16e9", "--tokens_per_slice", "350k"},
+            {}, dir_.path(), "plan");
+  ASSERT_EQ(WaitExit(plan, 60), 0) << ReadFile(plan.err);
+  const std::string out = ReadFile(plan.out);
+  const size_t line = out.find("Recommendation: ");
+  ASSERT_NE(line, std::string::npos) << out;
+  const size_t open = out.find('(', line), close = out.find(')', open);
+  std::istringstream keys(out.substr(open + 1, close - open - 1));
+  std::vector<std::string> args = {"run_name=planned",
+                                   "steps=1",
+                                   "per_device_batch_size=2",
+                                   "--num_slices",
+                                   "2",
+                                   "--accelerator_type",
+                                   "cpu-1"};
+  for (std::string key; keys >> key;) args.push_back(key);
+  ASSERT_NE(std::find(args.begin(), args.end(), "dcn_pipeline_parallelism=1"),
+            args.end())
+      << out;
+  nlohmann::json result = Train(args, "planned");
+  EXPECT_EQ(result.value("last_step", int64_t{0}), 1);
+}
+
 TEST_F(TrainCommandTest, FirstLineNamesIsaAndMatmulRoute) {
   const std::string level = DetectedIsa() >= Isa::kAvx2
                                 ? "avx2"
