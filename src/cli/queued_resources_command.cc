@@ -1,6 +1,9 @@
-// `multislice queued-resources create|list|describe|delete|reset` (spec
-// 4.2, mirroring `gcloud compute tpus queued-resources`): a client of the
-// controller's v2alpha1 API. `ssh` is declared in queued_resources_ssh.cc.
+// `multislice queued-resources create|list|describe|delete|reset|cleanup`
+// (spec 4.2, mirroring `gcloud compute tpus queued-resources`): a client of
+// the controller's v2alpha1 API. gcloud's habits (--format, bare-word
+// --filter, --quiet, names checked before any call, errors naming the CLI's
+// flags) come from control_client.h and gcloud_format.h. `ssh` is declared
+// in queued_resources_ssh.cc.
 #include <unistd.h>
 
 #include <chrono>
@@ -19,7 +22,9 @@
 #include "cli/commands.h"
 #include "cli/control_client.h"
 #include "cli/flags.h"
+#include "cli/gcloud_format.h"
 #include "control/api_types.h"
+#include "control/validation.h"
 #include "runtime/launcher.h"
 
 namespace multislice::cli {
@@ -29,13 +34,15 @@ using nlohmann::json;
 
 struct QrFlags {
   ControllerFlags connection;
-  std::string project = "local";
-  std::string zone = "local-a";
+  std::string project;
+  std::string zone;
+  bool quiet = false;
   std::string id;
   // create
   std::string accelerator_type, runtime_version = "v2-alpha";
   std::string node_id, node_prefix;
   int node_count = 0;
+  bool node_count_given = false;
   bool reserved = false, spot = false, best_effort = false;
   std::string valid_until_duration, valid_until_time, valid_after_duration,
       valid_after_time;
@@ -45,13 +52,35 @@ struct QrFlags {
   int wait_seconds = 600;
   // delete
   bool force = false;
-  // list
-  std::string filter, format;
+  // list, describe
+  std::string filter;
+  OutputFlags output;
 };
+
+// The columns of `list` (gcloud's: NAME ZONE NODE_COUNT ACCELERATOR_TYPE
+// STATE), the short keys --filter and --format accept, and the top-level
+// fields a queued resource may have (for --filter's unknown-key check).
+constexpr const char* kQrTable =
+    "table(name.basename():label=NAME, name.segment(3):label=ZONE, "
+    "nodes.len():label=NODE_COUNT, "
+    "tpu.nodeSpec[0].node.acceleratorType:label=ACCELERATOR_TYPE, "
+    "state.state:label=STATE)";
+const KeyAliases kQrAliases = {
+    {"zone", "name.segment(3)"},
+    {"node_count", "nodes.len()"},
+    {"accelerator_type", "tpu.nodeSpec[0].node.acceleratorType"},
+    {"runtime_version", "tpu.nodeSpec[0].node.runtimeVersion"},
+    {"state", "state.state"}};
+const std::set<std::string> kQrFields = {
+    "name",          "state",          "tpu",
+    "nodes",         "tier",           "attempt",
+    "createTime",    "stateHistory",   "guaranteed",
+    "spot",          "bestEffort",     "queueingPolicy",
+    "waitingReason", "quotaHeldChips", "reservationName"};
 
 int Fail(const std::string& command, const Status& s) {
   std::fprintf(stderr, "multislice queued-resources %s: %s\n", command.c_str(),
-               s.message().c_str());
+               InCliTerms(s.message()).c_str());
   return ExitCodeFor(s);
 }
 
@@ -115,10 +144,10 @@ Result<json> CreateBody(const QrFlags& f) {
   if (!metadata.empty()) node["metadata"] = metadata;
   json spec = {{"parent", "projects/" + f.project + "/locations/" + f.zone},
                {"node", node}};
-  if (!f.node_id.empty() && f.node_count > 0) {
+  if (!f.node_id.empty() && f.node_count_given) {
     return InvalidArgument("--node-id: give either --node-id or --node-count");
   }
-  if (f.node_count > 0) {
+  if (f.node_count_given) {
     spec["multi_node_params"] = {{"node_count", f.node_count}};
     if (!f.node_prefix.empty()) {
       spec["multi_node_params"]["node_id_prefix"] = f.node_prefix;
@@ -156,11 +185,40 @@ Result<json> CreateBody(const QrFlags& f) {
 }
 
 Result<json> Checked(Result<control::HttpResponse> r) {
-  if (!r.ok()) return r.status();
-  if (r->status < 200 || r->status >= 300) {
-    return control::ErrorFromResponse(*r);
+  return CheckedBody(std::move(r));
+}
+
+// What gcloud checks before it calls: names, and the slice count in the
+// flag's terms (the API would name tpu.node_spec[0].multi_node_params).
+Status CheckCreateFlags(const QrFlags& f) {
+  RETURN_IF_ERROR(CheckResourceName("QR", f.id));
+  if (f.accelerator_type.empty()) {
+    return InvalidArgument("--accelerator-type: is required");
   }
-  return r->body;
+  if (!f.node_id.empty())
+    RETURN_IF_ERROR(CheckResourceName("--node-id", f.node_id));
+  if (f.node_count_given &&
+      (f.node_count < 2 || f.node_count > control::kMaxNodeCount)) {
+    return InvalidArgument("--node-count: " + std::to_string(f.node_count) +
+                           " is not from 2 to " +
+                           std::to_string(control::kMaxNodeCount) +
+                           " (for one slice give --node-id, or neither flag)");
+  }
+  if (!f.node_prefix.empty()) {
+    if (!f.node_count_given) {
+      return InvalidArgument("--node-prefix: needs --node-count");
+    }
+    RETURN_IF_ERROR(CheckResourceName("--node-prefix", f.node_prefix));
+    const std::string last =
+        f.node_prefix + "-" + std::to_string(f.node_count - 1);
+    if (last.size() > control::kMaxIdLength) {
+      return InvalidArgument(
+          "--node-prefix: '" + f.node_prefix + "' makes node names such as '" +
+          last + "' longer than " + std::to_string(control::kMaxIdLength) +
+          " characters");
+    }
+  }
+  return OkStatus();
 }
 
 std::string StateOf(const json& qr) {
@@ -209,9 +267,7 @@ Result<json> WaitFor(const control::ApiClient& client, const QrFlags& f,
 
 int RunCreate(const QrFlags& f) {
   const char* kCmd = "create";
-  if (f.accelerator_type.empty()) {
-    return Fail(kCmd, InvalidArgument("--accelerator-type: is required"));
-  }
+  if (Status s = CheckCreateFlags(f); !s.ok()) return Fail(kCmd, s);
   Result<json> body = CreateBody(f);
   if (!body.ok()) return Fail(kCmd, body.status());
   Result<control::ApiClient> client = MakeControllerClient(f.connection);
@@ -244,6 +300,7 @@ int RunCreate(const QrFlags& f) {
 
 int RunDelete(const QrFlags& f) {
   const char* kCmd = "delete";
+  if (Status s = CheckResourceName("QR", f.id); !s.ok()) return Fail(kCmd, s);
   Result<control::ApiClient> client = MakeControllerClient(f.connection);
   if (!client.ok()) return Fail(kCmd, client.status());
   Result<json> op =
@@ -264,6 +321,7 @@ int RunDelete(const QrFlags& f) {
 
 int RunReset(const QrFlags& f) {
   const char* kCmd = "reset";
+  if (Status s = CheckResourceName("QR", f.id); !s.ok()) return Fail(kCmd, s);
   Result<control::ApiClient> client = MakeControllerClient(f.connection);
   if (!client.ok()) return Fail(kCmd, client.status());
   Result<json> before =
@@ -291,143 +349,23 @@ int RunReset(const QrFlags& f) {
 
 int RunDescribe(const QrFlags& f) {
   const char* kCmd = "describe";
+  if (Status s = CheckResourceName("QR", f.id); !s.ok()) return Fail(kCmd, s);
+  Result<OutputFormat> format = ParseOutputFlags(f.output, "yaml", kQrTable);
+  if (!format.ok()) return Fail(kCmd, format.status());
   Result<control::ApiClient> client = MakeControllerClient(f.connection);
   if (!client.ok()) return Fail(kCmd, client.status());
   Result<json> qr =
       Checked(client->Call("GET", Parent(f) + "/queuedResources/" + f.id));
   if (!qr.ok()) return Fail(kCmd, qr.status());
-  std::printf("%s\n", qr->dump(2).c_str());
+  std::fputs(FormatOne(*format, *qr, kQrAliases).c_str(), stdout);
   return 0;
 }
 
-// The value of a list column or filter key for one queued resource.
-std::string Column(const json& qr, const std::string& key) {
-  const std::string name = qr.value("name", "");
-  if (key == "name") return name.substr(name.rfind('/') + 1);
-  if (key == "zone") {
-    size_t at = name.find("/locations/");
-    size_t end = name.find('/', at + 11);
-    return at == std::string::npos ? "" : name.substr(at + 11, end - at - 11);
-  }
-  if (key == "node_count" || key == "nodecount") {
-    return std::to_string(qr.value("nodes", json::array()).size());
-  }
-  if (key == "accelerator_type" || key == "acceleratortype") {
-    try {
-      return qr["tpu"]["nodeSpec"][0]["node"].value("acceleratorType", "");
-    } catch (const json::exception&) {
-      return "";
-    }
-  }
-  if (key == "state") return StateOf(qr);
-  if (key == "tier") return qr.value("tier", "");
-  return "";
-}
-
-// gcloud-like filters: terms KEY=VALUE, KEY!=VALUE, KEY:SUBSTRING, joined by
-// spaces or AND; keys name, zone, state, accelerator_type, node_count, tier
-// (case-insensitive).
-Result<std::function<bool(const json&)>> ParseFilter(const std::string& text) {
-  std::vector<std::function<bool(const json&)>> terms;
-  std::istringstream in(text);
-  std::string term;
-  static const std::regex kTerm(R"(^([A-Za-z_.]+)(!=|=|:)(.*)$)");
-  while (in >> term) {
-    if (term == "AND") continue;
-    std::smatch m;
-    if (!std::regex_match(term, m, kTerm)) {
-      return InvalidArgument("--filter: '" + term +
-                             "' is not KEY=VALUE, KEY!=VALUE or KEY:VALUE");
-    }
-    std::string key = m[1];
-    for (char& c : key) c = static_cast<char>(std::tolower(c));
-    if (key.rfind("state.", 0) == 0) key = "state";
-    if (key == "accelerator-type") key = "accelerator_type";
-    static const std::set<std::string> kKeys = {"name",
-                                                "zone",
-                                                "state",
-                                                "accelerator_type",
-                                                "acceleratortype",
-                                                "node_count",
-                                                "nodecount",
-                                                "tier"};
-    if (!kKeys.count(key)) {
-      return InvalidArgument("--filter: unknown key '" + key +
-                             "': expected name, zone, state, "
-                             "accelerator_type, node_count or tier");
-    }
-    const std::string op = m[2], value = m[3];
-    terms.push_back([key, op, value](const json& qr) {
-      const std::string v = Column(qr, key);
-      if (op == "=") return v == value;
-      if (op == "!=") return v != value;
-      return v.find(value) != std::string::npos;
-    });
-  }
-  return std::function<bool(const json&)>([terms](const json& qr) {
-    for (const auto& t : terms) {
-      if (!t(qr)) return false;
-    }
-    return true;
-  });
-}
-
-int RunList(const QrFlags& f) {
-  const char* kCmd = "list";
-  if (!f.format.empty() && f.format != "json" && f.format != "table") {
-    return Fail(kCmd, InvalidArgument("--format: '" + f.format +
-                                      "' is not json or table"));
-  }
-  Result<std::function<bool(const json&)>> filter = ParseFilter(f.filter);
-  if (!filter.ok()) return Fail(kCmd, filter.status());
-  Result<control::ApiClient> client = MakeControllerClient(f.connection);
-  if (!client.ok()) return Fail(kCmd, client.status());
-  json all = json::array();
-  std::string token;
-  for (int page = 0; page < 10000; ++page) {
-    Result<json> r = Checked(
-        client->Call("GET", Parent(f) + "/queuedResources?pageSize=500" +
-                                (token.empty() ? "" : "&pageToken=" + token)));
-    if (!r.ok()) return Fail(kCmd, r.status());
-    for (const json& qr : r->value("queuedResources", json::array())) {
-      if ((*filter)(qr)) all.push_back(qr);
-    }
-    token = r->value("nextPageToken", "");
-    if (token.empty()) break;
-  }
-  if (f.format == "json") {
-    std::printf("%s\n", all.dump(2).c_str());
-  } else {
-    const std::vector<std::string> keys = {"name", "zone", "node_count",
-                                           "accelerator_type", "state"};
-    std::vector<std::vector<std::string>> rows = {
-        {"NAME", "ZONE", "NODE_COUNT", "ACCELERATOR_TYPE", "STATE"}};
-    for (const json& qr : all) {
-      std::vector<std::string> row;
-      for (const std::string& k : keys) row.push_back(Column(qr, k));
-      rows.push_back(row);
-    }
-    std::vector<size_t> width(keys.size(), 0);
-    for (const auto& row : rows) {
-      for (size_t i = 0; i < row.size(); ++i) {
-        width[i] = std::max(width[i], row[i].size());
-      }
-    }
-    for (const auto& row : rows) {
-      std::string line;
-      for (size_t i = 0; i < row.size(); ++i) {
-        line += row[i];
-        if (i + 1 < row.size()) {
-          line += std::string(width[i] - row[i].size() + 2, ' ');
-        }
-      }
-      std::printf("%s\n", line.c_str());
-    }
-  }
-  // FAILED and SUSPENDED queued resources still hold quota: say so.
+// FAILED and SUSPENDED queued resources still hold quota: say so.
+void NoteHeldQuota(const json& listed) {
   int holding = 0;
   long long chips = 0;
-  for (const json& qr : all) {
+  for (const json& qr : listed) {
     const std::string s = StateOf(qr);
     const long long held = qr.value("quotaHeldChips", 0LL);
     if ((s == "FAILED" || s == "SUSPENDED") && held > 0) {
@@ -442,6 +380,30 @@ int RunList(const QrFlags& f) {
                  "queued-resources cleanup)\n",
                  holding, holding == 1 ? "" : "s", chips);
   }
+}
+
+int RunList(const QrFlags& f) {
+  const char* kCmd = "list";
+  Result<OutputFormat> format = ParseOutputFlags(f.output, kQrTable, kQrTable);
+  if (!format.ok()) return Fail(kCmd, format.status());
+  Result<ResourceFilter> filter = ParseFilter(f.filter, kQrAliases);
+  if (!filter.ok()) return Fail(kCmd, filter.status());
+  Result<control::ApiClient> client = MakeControllerClient(f.connection);
+  if (!client.ok()) return Fail(kCmd, client.status());
+  Result<json> all =
+      ListAllPages(*client, Parent(f) + "/queuedResources", "queuedResources");
+  if (!all.ok()) return Fail(kCmd, all.status());
+  Status keys = CheckFilterKeys(*filter, *all, kQrAliases, kQrFields);
+  if (!keys.ok()) return Fail(kCmd, keys);
+  json listed = json::array();
+  for (const json& qr : *all) {
+    if (filter->matches(qr)) listed.push_back(qr);
+  }
+  std::fputs(FormatList(*format, listed, kQrAliases).c_str(), stdout);
+  if (listed.empty() && format->kind == OutputFormat::Kind::kTable) {
+    std::fprintf(stderr, "Listed 0 items.\n");  // as gcloud says it
+  }
+  NoteHeldQuota(listed);
   return 0;
 }
 
@@ -451,23 +413,17 @@ int RunCleanup(const QrFlags& f) {
   const char* kCmd = "cleanup";
   Result<control::ApiClient> client = MakeControllerClient(f.connection);
   if (!client.ok()) return Fail(kCmd, client.status());
+  Result<json> all =
+      ListAllPages(*client, Parent(f) + "/queuedResources", "queuedResources");
+  if (!all.ok()) return Fail(kCmd, all.status());
   std::vector<std::string> ids;
   long long chips = 0;
-  std::string token;
-  for (int page = 0; page < 10000; ++page) {
-    Result<json> r = Checked(
-        client->Call("GET", Parent(f) + "/queuedResources?pageSize=500" +
-                                (token.empty() ? "" : "&pageToken=" + token)));
-    if (!r.ok()) return Fail(kCmd, r.status());
-    for (const json& qr : r->value("queuedResources", json::array())) {
-      const std::string state = StateOf(qr);
-      if (state == "FAILED" || state == "SUSPENDED") {
-        ids.push_back(Column(qr, "name"));
-        chips += qr.value("quotaHeldChips", 0LL);
-      }
+  for (const json& qr : *all) {
+    const std::string state = StateOf(qr);
+    if (state == "FAILED" || state == "SUSPENDED") {
+      ids.push_back(ValueOfKey(qr, "name.basename()", {}).get<std::string>());
+      chips += qr.value("quotaHeldChips", 0LL);
     }
-    token = r->value("nextPageToken", "");
-    if (token.empty()) break;
   }
   for (const std::string& id : ids) {
     Result<json> op =
@@ -489,12 +445,12 @@ int RunCleanup(const QrFlags& f) {
   return 0;
 }
 
+// --controller, --token-file, --project, --zone and --quiet: every
+// subcommand takes them, as gcloud's do.
 void AddLocationFlags(CLI::App* cmd, QrFlags* f) {
   AddControllerFlags(cmd, &f->connection);
-  AddStringFlag(cmd, "project", &f->project, "Project of the resource.")
-      ->capture_default_str();
-  AddStringFlag(cmd, "zone", &f->zone, "Zone of the resource.")
-      ->capture_default_str();
+  cli::AddLocationFlags(cmd, &f->project, &f->zone);
+  AddQuietFlag(cmd, &f->quiet);
 }
 
 void AddWaitFlags(CLI::App* cmd, QrFlags* f) {
@@ -521,12 +477,17 @@ void AddQueuedResourcesCommand(CLI::App& root, CommandTable& table) {
   CLI::App* create = qr->add_subcommand(
       "create",
       "Requests slices as one queued resource and waits until it is ACTIVE "
-      "(or FAILED), printing each state.\n"
-      "Example:\n"
+      "(or FAILED), printing each state. Names (QR, --node-id, "
+      "--node-prefix) follow Cloud TPU's rule: 1 to 63 lower-case letters, "
+      "digits and hyphens, starting with a letter.\n"
+      "Examples:\n"
       "  multislice queued-resources create my-qr --accelerator-type cpu-2 "
       "--node-count 2 --metadata-from-file startup-script=train.sh "
       "--controller http://127.0.0.1:8470 --token-file "
-      "multislice-controller/token");
+      "multislice-controller/token\n"
+      "  multislice queued-resources create my-qr "
+      "--accelerator-type=cpu-1 --runtime-version=v2-alpha-tpuv5-lite "
+      "--node-count=2 --node-prefix=my-tpu --zone=us-central1-a --reserved");
   {
     QrFlags* f = create_flags.get();
     create->add_option("QR", f->id, "The queued resource's id.")->required();
@@ -567,39 +528,55 @@ void AddQueuedResourcesCommand(CLI::App& root, CommandTable& table) {
                        "startup-script=train.sh.");
     AddWaitFlags(create, f);
   }
-  table[create] = [create_flags] { return RunCreate(*create_flags); };
+  CLI::Option* node_count = create->get_option("--node_count");
+  table[create] = [create_flags, node_count] {
+    create_flags->node_count_given = node_count->count() > 0;
+    return RunCreate(*create_flags);
+  };
 
   auto list_flags = std::make_shared<QrFlags>();
   CLI::App* list = qr->add_subcommand(
       "list",
       "Lists queued resources as NAME ZONE NODE_COUNT ACCELERATOR_TYPE "
-      "STATE; --zone - lists every zone.\n"
-      "Example:\n"
-      "  multislice queued-resources list --filter state=ACTIVE");
+      "STATE (gcloud's table); --zone - lists every zone. --filter takes "
+      "gcloud's expressions: a bare word found in any field (the seed's "
+      "--filter=${QR_ID}), KEY=VALUE, KEY!=VALUE, KEY:PATTERN (substring "
+      "or glob), KEY~REGEX, joined by AND, OR, NOT and parentheses; short "
+      "keys name, zone, state, accelerator_type, node_count, tier, or any "
+      "dotted field path.\n"
+      "Examples:\n"
+      "  multislice queued-resources list --filter=my-qr --zone=us-central1-a\n"
+      "  multislice queued-resources list --filter 'state=ACTIVE AND "
+      "node_count>1' --format 'value(name.basename())'");
   AddLocationFlags(list, list_flags.get());
   AddStringFlag(list, "filter", &list_flags->filter,
-                "Terms KEY=VALUE, KEY!=VALUE or KEY:SUBSTRING (keys name, "
-                "zone, state, accelerator_type, node_count, tier).");
-  AddStringFlag(list, "format", &list_flags->format,
-                "table (default) or json.");
+                "gcloud filter expression (see above).");
+  AddOutputFlags(list, &list_flags->output, "the table above");
   table[list] = [list_flags] { return RunList(*list_flags); };
 
   auto describe_flags = std::make_shared<QrFlags>();
-  CLI::App* describe =
-      qr->add_subcommand("describe",
-                         "Prints a queued resource as JSON.\nExample:\n"
-                         "  multislice queued-resources describe my-qr");
+  CLI::App* describe = qr->add_subcommand(
+      "describe",
+      "Prints a queued resource, as YAML by default (gcloud's "
+      "`state:\\n  state: ACTIVE`).\n"
+      "Examples:\n"
+      "  multislice queued-resources describe my-qr --zone=us-central1-a\n"
+      "  multislice queued-resources describe my-qr --format "
+      "'value(state.state)'");
   describe->add_option("QR", describe_flags->id, "The queued resource's id.")
       ->required();
   AddLocationFlags(describe, describe_flags.get());
+  AddOutputFlags(describe, &describe_flags->output, "yaml");
   table[describe] = [describe_flags] { return RunDescribe(*describe_flags); };
 
   auto delete_flags = std::make_shared<QrFlags>();
   CLI::App* del = qr->add_subcommand(
       "delete",
       "Deletes a queued resource and waits until it is gone. Without "
-      "--force only ACCEPTED, FAILED or SUSPENDED ones.\nExample:\n"
-      "  multislice queued-resources delete my-qr --force");
+      "--force only ACCEPTED, FAILED or SUSPENDED ones. Never prompts "
+      "(--quiet is accepted).\nExample:\n"
+      "  multislice queued-resources delete my-qr --zone=us-central1-a "
+      "--force --async");
   del->add_option("QR", delete_flags->id, "The queued resource's id.")
       ->required();
   AddLocationFlags(del, delete_flags.get());

@@ -1,5 +1,7 @@
 // `multislice queued-resources ssh`: runs a command on chosen workers of a
-// queued resource through their agents (control/agent/ssh.h).
+// queued resource through their agents (control/agent/ssh.h). Takes
+// gcloud's --zone, --project and --quiet too; the queued resource must be in
+// that zone.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -24,11 +26,25 @@ struct SshFlags {
   int batch_size = 0;
   int batch_wait_seconds = 10;
   ControllerFlags controller;
+  std::string project, zone;
+  bool quiet = false;
 };
 
 int Fail(int code, const std::string& message) {
   std::fprintf(stderr, "%s: %s\n", kName, message.c_str());
   return code;
+}
+
+// The queued resource exists in --project/--zone (the workers' listing
+// knows ids only).
+Status CheckLocated(const SshFlags& flags) {
+  ASSIGN_OR_RETURN(control::ApiClient client,
+                   MakeControllerClient(flags.controller));
+  return CheckedBody(client.Call("GET", "/v2alpha1/projects/" + flags.project +
+                                            "/locations/" + flags.zone +
+                                            "/queuedResources/" +
+                                            flags.queued_resource))
+      .status();
 }
 
 int RunSshCommand(const SshFlags& flags) {
@@ -52,11 +68,12 @@ int RunSshCommand(const SshFlags& flags) {
                        std::to_string(flags.batch_wait_seconds));
   }
   options.batch_wait = std::chrono::seconds(flags.batch_wait_seconds);
-  if (flags.queued_resource.empty() || flags.queued_resource.size() > 128 ||
-      flags.queued_resource.find_first_not_of(
-          "abcdefghijklmnopqrstuvwxyz0123456789-") != std::string::npos) {
-    return Fail(2, "QR: '" + flags.queued_resource +
-                       "' is not a queued resource id (1 to 128 of [a-z0-9-])");
+  if (Status name = CheckResourceName("QR", flags.queued_resource);
+      !name.ok()) {
+    return Fail(2, name.message());
+  }
+  if (Status located = CheckLocated(flags); !located.ok()) {
+    return Fail(ExitCodeFor(located), InCliTerms(located.message()));
   }
   auto access = control::ResolveControllerAccess(flags.controller.controller,
                                                  flags.controller.token_file);
@@ -88,10 +105,12 @@ void AddQueuedResourcesSshCommand(CLI::App& queued_resources,
       "in batches, so when --batch-wait seconds pass without any worker of "
       "the running batch finishing while others still wait to start, one "
       "line says so and all the remaining workers start at once.\n"
-      "Example:\n"
+      "Examples:\n"
       "  multislice queued-resources ssh my-qr --node=all --worker=all "
       "--command 'hostname; echo $MEGASCALE_SLICE_ID' "
-      "--controller http://127.0.0.1:8470 --token-file ~/.multislice/token");
+      "--controller http://127.0.0.1:8470 --token-file ~/.multislice/token\n"
+      "  multislice queued-resources ssh my-qr --zone=us-central1-a "
+      "--node=all --worker=all --command=\"hostname\" --batch-size=4");
   auto flags = std::make_shared<SshFlags>();
   cmd->add_option("QR", flags->queued_resource, "The queued resource's id.")
       ->required();
@@ -112,6 +131,8 @@ void AddQueuedResourcesSshCommand(CLI::App& queued_resources,
              "workers start (see above).")
       ->capture_default_str();
   AddControllerFlags(cmd, &flags->controller);
+  AddLocationFlags(cmd, &flags->project, &flags->zone);
+  AddQuietFlag(cmd, &flags->quiet);
   table[cmd] = [flags] { return RunSshCommand(*flags); };
 }
 

@@ -119,14 +119,30 @@ TEST(QueuedResourcesCliTest, CreateListDescribeResetDelete) {
                                       "ACCELERATOR_TYPE", "STATE"}));
   EXPECT_EQ(Words(lines[1]), (std::vector<std::string>{"qr1", "local-a", "2",
                                                        "cpu-2", "ACTIVE"}));
-  EXPECT_EQ(Lines(Multislice("queued-resources list --filter state=FAILED").out)
-                .size(),
-            1u);
+  // Nothing listed: nothing on stdout, as gcloud prints it.
+  CommandRun none_failed =
+      Multislice("queued-resources list --filter state=FAILED", true);
+  EXPECT_EQ(none_failed.out, "Listed 0 items.\n");
   EXPECT_EQ(Lines(Multislice("queued-resources list --filter 'name:qr "
                              "state=ACTIVE'")
                       .out)
                 .size(),
             2u);
+  // gcloud's bare-word filter (the seed's --filter=${QR_ID}) and --format.
+  EXPECT_EQ(Lines(Multislice("queued-resources list --filter=qr1 "
+                             "--zone=local-a --project=local")
+                      .out)
+                .size(),
+            2u);
+  EXPECT_EQ(Multislice("queued-resources list --filter=nosuchqr").out, "");
+  EXPECT_EQ(Multislice("queued-resources list --format "
+                       "'value(name.basename(),state.state,nodes.nodeId)'")
+                .out,
+            "qr1\tACTIVE\tqr1-0;qr1-1\n");
+  EXPECT_EQ(Multislice("queued-resources list --format 'csv(name.basename():"
+                       "label=id,zone)'")
+                .out,
+            "id,zone\nqr1,local-a\n");
   CommandRun json_list = Multislice("queued-resources list --format json");
   nlohmann::json parsed = nlohmann::json::parse(json_list.out, nullptr, false);
   ASSERT_TRUE(parsed.is_array()) << json_list.out;
@@ -135,9 +151,31 @@ TEST(QueuedResourcesCliTest, CreateListDescribeResetDelete) {
       Multislice("queued-resources list --filter colour=red", true);
   EXPECT_EQ(bad_filter.code, 2);
 
+  // describe prints YAML, as gcloud does; --format json the API's object.
   CommandRun describe = Multislice("queued-resources describe qr1");
   ASSERT_EQ(describe.code, 0);
-  EXPECT_EQ(nlohmann::json::parse(describe.out)["state"]["state"], "ACTIVE");
+  EXPECT_NE(describe.out.find("\nstate:\n  state: ACTIVE\n"), std::string::npos)
+      << describe.out;
+  EXPECT_NE(describe.out.find("\nnodes:\n- health: HEALTHY\n"),
+            std::string::npos)
+      << describe.out;
+  CommandRun describe_json =
+      Multislice("queued-resources describe qr1 --format=json");
+  EXPECT_EQ(nlohmann::json::parse(describe_json.out)["state"]["state"],
+            "ACTIVE");
+  EXPECT_EQ(Multislice("queued-resources describe qr1 --format "
+                       "'value(state.state)'")
+                .out,
+            "ACTIVE\n");
+  CommandRun bad_format =
+      Multislice("queued-resources describe qr1 --format xml", true);
+  EXPECT_EQ(bad_format.code, 2);
+  EXPECT_EQ(Lines(bad_format.out).size(), 1u) << bad_format.out;
+  EXPECT_EQ(bad_format.out.rfind("multislice queued-resources describe: "
+                                 "--format: 'xml' is not a format",
+                                 0),
+            0u)
+      << bad_format.out;
 
   CommandRun reset = Multislice("queued-resources reset qr1");
   EXPECT_EQ(reset.code, 0);
@@ -147,12 +185,57 @@ TEST(QueuedResourcesCliTest, CreateListDescribeResetDelete) {
       "queued-resources create bad --accelerator-type cpu-2 --node-count 300",
       true);
   EXPECT_EQ(bad.code, 2);
-  EXPECT_EQ(Lines(bad.out).size(), 1u) << bad.out;
-  EXPECT_NE(bad.out.find("node_count"), std::string::npos) << bad.out;
+  EXPECT_EQ(bad.out,
+            "multislice queued-resources create: --node-count: 300 is not "
+            "from 2 to 256 (for one slice give --node-id, or neither flag)\n");
+  CommandRun one = Multislice(
+      "queued-resources create bad --accelerator-type cpu-2 --node-count=1",
+      true);
+  EXPECT_EQ(one.code, 2);
+  EXPECT_NE(one.out.find("--node-count: 1 "), std::string::npos) << one.out;
+  // Cloud TPU's name rule, checked before any call: one sentence, exit 2.
+  const std::string rule =
+      " is not a valid name: use 1 to 63 lower-case letters, digits and "
+      "hyphens, starting with a letter and not ending with a hyphen\n";
+  for (const std::string name : {"Bad_Name", "9lives", "ends-"}) {
+    CommandRun named = Multislice("queued-resources create " + name +
+                                      " --accelerator-type cpu-2 "
+                                      "--node-count 2",
+                                  true);
+    EXPECT_EQ(named.code, 2);
+    EXPECT_EQ(named.out,
+              "multislice queued-resources create: QR: '" + name + "'" + rule);
+  }
+  CommandRun prefix = Multislice(
+      "queued-resources create ok --accelerator-type cpu-2 --node-count 2 "
+      "--node-prefix=My_Tpu",
+      true);
+  EXPECT_EQ(prefix.code, 2);
+  EXPECT_EQ(
+      prefix.out,
+      "multislice queued-resources create: --node-prefix: 'My_Tpu'" + rule);
+  // API errors name the CLI's flags, not the request's fields.
+  CommandRun api_bad = Multislice(
+      "queued-resources create api-bad --accelerator-type cpu-2 --node-id n "
+      "--valid-until-time 2020-13-01",
+      true);
+  EXPECT_EQ(api_bad.code, 2);
+  EXPECT_EQ(api_bad.out.rfind("multislice queued-resources create: "
+                              "--valid-until-time: '2020-13-01' is not an "
+                              "RFC 3339 time",
+                              0),
+            0u)
+      << api_bad.out;
 
-  CommandRun refused = Multislice("queued-resources delete qr1", true);
+  CommandRun refused = Multislice("queued-resources delete qr1 -q", true);
   EXPECT_EQ(refused.code, 2);
-  EXPECT_NE(refused.out.find("ACTIVE"), std::string::npos) << refused.out;
+  EXPECT_NE(refused.out.find("is ACTIVE: without --force only ACCEPTED"),
+            std::string::npos)
+      << refused.out;
+  EXPECT_NE(refused.out.find("(pass --force to delete its nodes first)"),
+            std::string::npos)
+      << refused.out;
+  EXPECT_EQ(refused.out.find("force=true"), std::string::npos) << refused.out;
   CommandRun missing = Multislice("admin fail-host host-99", true);
   EXPECT_EQ(missing.code, 1);
 
@@ -171,10 +254,11 @@ TEST(QueuedResourcesCliTest, CreateListDescribeResetDelete) {
             "Deleted 1 FAILED or SUSPENDED queued resource (0 chips of quota "
             "released)\n");
 
-  CommandRun del = Multislice("queued-resources delete qr1 --force");
+  CommandRun del =
+      Multislice("queued-resources delete qr1 --force --quiet --zone=local-a");
   EXPECT_EQ(del.code, 0);
   EXPECT_EQ(del.out, "Deleted queued resource [qr1]\n");
-  EXPECT_EQ(Lines(Multislice("queued-resources list").out).size(), 1u);
+  EXPECT_EQ(Multislice("queued-resources list").out, "");
 }
 
 }  // namespace
