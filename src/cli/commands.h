@@ -25,6 +25,8 @@ void AddQueuedResourcesSshCommand(CLI::App& queued_resources,
                                   CommandTable& table);
 // `run`: a command on every worker of a queued resource (runner.h).
 void AddRunCommand(CLI::App& root, CommandTable& table);
+// `tpu-vm list|describe|ssh|scp`: the nodes of queued resources.
+void AddTpuVmCommand(CLI::App& root, CommandTable& table);
 
 inline void AddAllCommands(CLI::App& root, CommandTable& table) {
   AddMeshCommand(root, table);
@@ -39,6 +41,7 @@ inline void AddAllCommands(CLI::App& root, CommandTable& table) {
   AddControllerCommand(root, table);
   AddAgentCommand(root, table);
   AddQueuedResourcesCommand(root, table);
+  AddTpuVmCommand(root, table);
   AddAdminCommand(root, table);
   AddRunCommand(root, table);
 }
