@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "control/agent/agent.h"
+#include "control/agent/pack.h"
 #include "control/agent/remote_exec.h"
 #include "control/process.h"
 
@@ -56,61 +57,39 @@ std::string WorkerLabel(const WorkerTarget& t) {
          std::to_string(t.worker);
 }
 
-// Packs `dir` into a gzip'd tar (without `exclude`, a top-level entry, when
-// given) by spawning tar; returns the archive's bytes.
-Result<std::string> PackDirectory(const std::string& dir,
-                                  const std::string& exclude,
-                                  milliseconds timeout,
-                                  const std::atomic<bool>* cancel) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) {
-    return InvalidArgument("--script_dir: " + dir + " is not a directory");
-  }
+// Packs the script directory (pack.h's rules) in a temporary directory;
+// returns the archive's bytes.
+Result<std::string> PackScripts(const RunOptions& options) {
   const char* tmp_root = std::getenv("TMPDIR");
   std::string pattern = std::string(tmp_root && *tmp_root ? tmp_root : "/tmp") +
                         "/multislice-run-XXXXXX";
   if (::mkdtemp(pattern.data()) == nullptr) {
     return Internal("cannot create a temporary directory in " + pattern);
   }
-  const std::string tmp = pattern;
   struct Cleanup {
     std::string path;
     ~Cleanup() {
       std::error_code ignored;
       std::filesystem::remove_all(path, ignored);
     }
-  } cleanup{tmp};
-  const std::string archive = tmp + "/code.tar.gz";
-  ProcessSpec spec;
-  spec.argv = {"tar", "-czf", archive};
-  if (!exclude.empty()) spec.argv.push_back("--exclude=./" + exclude);
-  spec.argv.insert(spec.argv.end(), {"-C", dir, "."});
-  spec.log_path = tmp + "/tar.log";
-  auto launcher = NewProcessLauncher();
-  ASSIGN_OR_RETURN(std::unique_ptr<ProcessGroup> tar, launcher->Start(spec));
-  const auto deadline = Clock::now() + timeout;
-  ProcessState state = tar->Wait(milliseconds(100));
-  while (state.running && Clock::now() < deadline &&
-         (cancel == nullptr || !cancel->load())) {
-    state = tar->Wait(milliseconds(100));
-  }
-  if (state.running) {
-    tar->Stop(milliseconds(0)).status().ok();
-    return DeadlineExceeded("packing " + dir + " took longer than " +
-                            std::to_string(timeout.count() / 1000) + " s");
-  }
-  tar->Stop(milliseconds(0)).status().ok();  // reaps what is left
-  if (state.ShellExitCode() != 0) {
-    return Internal("packing " + dir + " failed (tar exit code " +
-                    std::to_string(state.ShellExitCode()) +
-                    "): " + LastLine(ReadFile(spec.log_path)));
-  }
-  std::string bytes = ReadFile(archive);
+  } cleanup{pattern};
+  PackOptions pack;
+  pack.dir = options.script_dir;
+  pack.archive = pattern + "/code.tar.gz";
+  pack.flag = options.script_dir_flag;
+  pack.program = "multislice run";
+  pack.max_bytes = kMaxUploadBytes;
+  pack.timeout = options.setup_timeout;
+  pack.cancel = options.cancel;
+  pack.err = options.err;
+  pack.terminal = options.terminal;
+  RETURN_IF_ERROR(PackDirectory(pack).status());
+  std::string bytes = ReadFile(pack.archive);
   if (bytes.size() > kMaxUploadBytes) {
-    return InvalidArgument("--script_dir: " + dir + " packs into " +
-                           std::to_string(bytes.size() >> 20) +
-                           " MiB, more than the agents accept (" +
-                           std::to_string(kMaxUploadBytes >> 20) + " MiB)");
+    return InvalidArgument(options.script_dir_flag + ": " + options.script_dir +
+                           " packs into " + FormatBytes(bytes.size()) +
+                           ", more than the agents accept (" +
+                           FormatBytes(kMaxUploadBytes) + ")");
   }
   return bytes;
 }
@@ -134,6 +113,9 @@ class Runner {
   explicit Runner(const RunOptions& options) : options_(options) {
     timings_.http_timeout = options.http_timeout;
     timings_.agent_lost_after = options.agent_lost_after;
+    run_dir_ = options_.output_dir == "."
+                   ? options_.run_name
+                   : options_.output_dir + "/" + options_.run_name;
   }
 
   Result<int> Run() {
@@ -166,25 +148,35 @@ class Runner {
   }
 
   Result<std::string> ResolveQueuedResource() {
-    if (!options_.queued_resource.empty()) return options_.queued_resource;
     ASSIGN_OR_RETURN(ApiClient controller,
                      ApiClient::Create(options_.controller_url, options_.token,
                                        options_.http_timeout));
-    return FindQueuedResourceByPrefix(controller, options_.project,
-                                      options_.tpu_prefix);
+    if (options_.queued_resource.empty()) {
+      return FindQueuedResourceByPrefix(controller, options_.project,
+                                        options_.tpu_prefix, options_.zone);
+    }
+    if (options_.zone != "-") {  // the id must be in that zone
+      ASSIGN_OR_RETURN(
+          HttpResponse response,
+          controller.Call("GET", "/v2alpha1/projects/" + options_.project +
+                                     "/locations/" + options_.zone +
+                                     "/queuedResources/" +
+                                     options_.queued_resource));
+      if (response.status == 404) {
+        return NotFound("--zone: project " + options_.project + " has no " +
+                        "queued resource " + options_.queued_resource +
+                        " in zone " + options_.zone);
+      }
+      if (response.status / 100 != 2) return ErrorFromResponse(response);
+    }
+    return options_.queued_resource;
   }
 
-  // The archive of the script directory, without the run's own output
-  // folder when that lies in it.
+  // The archive of the script directory. The run's output folder is made
+  // (with its marker) first, so that it is never packed.
   Result<std::string> Pack() {
-    std::error_code ec;
-    const auto script = std::filesystem::weakly_canonical(
-        std::filesystem::absolute(options_.script_dir), ec);
-    const auto output = std::filesystem::weakly_canonical(
-        std::filesystem::absolute(options_.output_dir), ec);
-    const std::string exclude = script == output ? options_.run_name : "";
-    return PackDirectory(options_.script_dir, exclude, options_.setup_timeout,
-                         options_.cancel);
+    RETURN_IF_ERROR(MarkOutputFolder(run_dir_));
+    return PackScripts(options_);
   }
 
   // Stops an earlier run's commands, then copies and unpacks the archive
@@ -249,13 +241,7 @@ class Runner {
   }
 
   Status OpenOutputFiles(std::vector<WorkerTarget>& targets) {
-    run_dir_ = options_.output_dir + "/" + options_.run_name;
-    display_dir_ = options_.output_dir == "." ? options_.run_name : run_dir_;
-    std::error_code ec;
-    std::filesystem::create_directories(run_dir_, ec);
-    if (ec) {
-      return Internal("cannot create " + run_dir_ + ": " + ec.message());
-    }
+    RETURN_IF_ERROR(MarkOutputFolder(run_dir_));
     for (WorkerTarget& t : targets) {
       auto run =
           std::make_unique<WorkerRun>(RemoteExec(t, options_.token, timings_));
@@ -335,7 +321,7 @@ class Runner {
       std::fprintf(options_.err,
                    "multislice run: completed %zu/%zu, every worker exited "
                    "with code 0 (output in %s/)\n",
-                   total, total, display_dir_.c_str());
+                   total, total, run_dir_.c_str());
       std::fflush(options_.err);
       return 0;
     }
@@ -346,7 +332,7 @@ class Runner {
                  "%d; stopped the %zu other workers still running (output in "
                  "%s/)\n",
                  failed->target().node_index, failed->target().worker,
-                 failed->exit_code, stopped, display_dir_.c_str());
+                 failed->exit_code, stopped, run_dir_.c_str());
     std::fflush(options_.err);
     return failed->exit_code;
   }
@@ -450,8 +436,7 @@ class Runner {
   const RunOptions& options_;
   ExecTimings timings_;
   std::vector<std::unique_ptr<WorkerRun>> runs_;
-  std::string run_dir_;
-  std::string display_dir_;
+  std::string run_dir_;  // where the output files go
   Clock::time_point last_progress_;
   bool progress_shown_ = false;
   bool echo_mid_line_ = false;  // the echo's last byte was not a newline
@@ -481,12 +466,13 @@ std::string DefaultRunName(std::chrono::system_clock::time_point now) {
 
 Result<std::string> FindQueuedResourceByPrefix(const ApiClient& controller,
                                                const std::string& project,
-                                               const std::string& prefix) {
+                                               const std::string& prefix,
+                                               const std::string& zone) {
   std::vector<std::string> matches;
   std::string page_token;
   for (int page = 0; page < 10000; ++page) {
-    std::string path = "/v2alpha1/projects/" + project +
-                       "/locations/-/queuedResources?pageSize=1000";
+    std::string path = "/v2alpha1/projects/" + project + "/locations/" + zone +
+                       "/queuedResources?pageSize=1000";
     if (!page_token.empty()) path += "&pageToken=" + page_token;
     ASSIGN_OR_RETURN(HttpResponse response, controller.Call("GET", path));
     if (response.status / 100 != 2) return ErrorFromResponse(response);
@@ -515,6 +501,7 @@ Result<std::string> FindQueuedResourceByPrefix(const ApiClient& controller,
   }
   if (matches.empty()) {
     return NotFound("--tpu_prefix: no queued resource of project " + project +
+                    (zone == "-" ? "" : " in zone " + zone) +
                     " has nodes named " + prefix + "-0, " + prefix +
                     "-1, ... or " + prefix);
   }

@@ -3,8 +3,9 @@
 //
 // RunOnWorkers lists the queued resource's workers with the controller,
 // then, through each worker's agent:
-//  1. packs the script directory into a tar.gz (spawning `tar` with an
-//     argv), unless use_existing_folder;
+//  1. packs the script directory into a tar.gz (pack.h: output folders
+//     are never packed, a directory too large is refused before packing,
+//     progress on a terminal), unless use_existing_folder;
 //  2. stops what an earlier `run` left on the workers: every exec tagged
 //     kRunTagPrefix... (POST /agent/v1/workers/{name}/execs:stop), waiting
 //     for them to exit;
@@ -50,11 +51,17 @@ struct RunOptions {
   std::string queued_resource;
   std::string tpu_prefix;
   std::string project = "local";  // where tpu_prefix is looked up
-  std::string command;            // run as `bash -c command` on each worker
+  // The zone tpu_prefix is looked up in ("-": every zone); with
+  // queued_resource, the zone it must be in.
+  std::string zone = "-";
+  std::string command;  // run as `bash -c command` on each worker
   std::string script_dir = ".";
-  std::string run_name;  // ValidRunName
+  std::string script_dir_flag = "--script_dir";  // as typed, for messages
+  std::string run_name;                          // ValidRunName
   bool use_existing_folder = false;
-  std::string output_dir = ".";  // <output_dir>/<run_name>/ gets the logs
+  // <output_dir>/<run_name>/ gets the output files (and pack.h's marker,
+  // so that it is never packed).
+  std::string output_dir = "runs";
   std::chrono::milliseconds http_timeout{10000};
   std::chrono::milliseconds poll_interval{100};
   // An agent that stops answering for this long fails its worker (255).
@@ -77,13 +84,14 @@ bool ValidRunName(const std::string& name);
 // The default run name: the UTC time as YYYY-MM-DD-HH-MM-SS (MaxText's).
 std::string DefaultRunName(std::chrono::system_clock::time_point now);
 
-// The id of the queued resource of `project` (any zone) whose nodes are
-// `{prefix}-0 ... {prefix}-{n-1}` (its node_id_prefix, which defaults to its
-// id) or whose single node is `{prefix}` (its node_id). NotFound when none
-// is; InvalidArgument naming them when several are.
+// The id of the queued resource of `project` (in `zone`, "-": any) whose
+// nodes are `{prefix}-0 ... {prefix}-{n-1}` (its node_id_prefix, which
+// defaults to its id) or whose single node is `{prefix}` (its node_id).
+// NotFound when none is; InvalidArgument naming them when several are.
 Result<std::string> FindQueuedResourceByPrefix(const ApiClient& controller,
                                                const std::string& project,
-                                               const std::string& prefix);
+                                               const std::string& prefix,
+                                               const std::string& zone = "-");
 
 // Runs the command as described above. Returns the exit code, or an error
 // before any command started: bad options (InvalidArgument), the

@@ -81,7 +81,7 @@ class RunEndToEndTest : public testing::LocalClusterTest {
     char name[64];
     std::snprintf(name, sizeof name, "/output_slice_%04d_worker_%04d.txt",
                   slice, worker);
-    return here() + "/" + run + name;
+    return here() + "/runs/" + run + name;
   }
 
   // Every "S.W" marker file in shared/ with the prefix, as its contents
@@ -243,6 +243,57 @@ TEST_F(RunEndToEndTest, StopsAnEarlierRunAndAnswersCtrlC) {
   for (const std::string& g : Groups("second.")) EXPECT_FALSE(GroupAlive(g));
 }
 
+TEST_F(RunEndToEndTest, MaxTextSpellingsFromTheCurrentDirectoryShipNoOutput) {
+  // The current directory as the script directory (README's `--script_dir
+  // .`), holding an earlier run's output of the old layout and a
+  // controller's data directory: neither, nor this run's own output folder,
+  // reaches the workers.
+  std::ofstream(here() + "/job.sh")
+      << "find . -name 'output_slice_*' -o -name agent-token -o -name "
+         "'.multislice-output' | sort > found.txt\n"
+         "echo \"found $(wc -l < found.txt) in $(basename $PWD)\"\n";
+  std::filesystem::create_directories(here() + "/old-run");
+  std::ofstream(here() + "/old-run/output_slice_0000_worker_0000.txt") << "x";
+  std::filesystem::create_directories(here() + "/ctl");
+  std::ofstream(here() + "/ctl/agent-token") << "secret";
+  for (const std::string run : {"first", "second"}) {
+    auto [code, out] = cluster_.Run(
+        {"run", "--TPU_PREFIX=qr", "--SCRIPT_DIR", ".", "--RUN_NAME=" + run,
+         "--COMMAND", "bash job.sh", "--ZONE", "local-a"},
+        here());
+    EXPECT_EQ(code, 0) << out;
+    EXPECT_NE(out.find("multislice run: packed .: "), std::string::npos) << out;
+    EXPECT_NE(out.find("(output in runs/" + run + "/)"), std::string::npos)
+        << out;
+    EXPECT_EQ(ReadWholeFile(OutputFile(run, 1, 1)), "found 0 in " + run + "\n");
+  }
+  // --zone is a filter: another zone has no such queued resource.
+  auto [elsewhere, elsewhere_out] =
+      cluster_.Run({"run", "--tpu_prefix", "qr", "--zone", "other-zone",
+                    "--command", "true"},
+                   here());
+  EXPECT_EQ(elsewhere, 1) << elsewhere_out;
+  EXPECT_NE(elsewhere_out.find("in zone other-zone"), std::string::npos)
+      << elsewhere_out;
+}
+
+TEST_F(RunEndToEndTest, ATooLargeScriptDirIsRefusedBeforePacking) {
+  std::ofstream(scripts() + "/job.sh") << "true\n";
+  std::ofstream(scripts() + "/big.bin").close();
+  std::filesystem::resize_file(scripts() + "/big.bin", 300ull << 20);
+  const auto start = std::chrono::steady_clock::now();
+  auto [code, out] = cluster_.Run(
+      {"run", "--qr", "qr", "--script_dir", scripts(), "--command", "true"},
+      here());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(10));
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("--script_dir: " + scripts() +
+                     " holds 300 MiB in 2 files to pack (big.bin 300 MiB"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find('\n'), out.size() - 1) << out;
+}
+
 TEST_F(RunEndToEndTest, BadFlagsAndAnUnreachableControllerAreOneLine) {
   testing::CliProcess bad(
       {MULTISLICE_BINARY, "run", "--qr", "qr", "--command", "true",
@@ -253,6 +304,15 @@ TEST_F(RunEndToEndTest, BadFlagsAndAnUnreachableControllerAreOneLine) {
   EXPECT_EQ(bad.Output(),
             "multislice run: --run_name: 'a/b' is not 1 to 100 of "
             "[A-Za-z0-9._-] starting with a letter or digit\n");
+  // An upper-case spelling is named as typed.
+  testing::CliProcess empty(
+      {MULTISLICE_BINARY, "run", "--qr", "qr", "--COMMAND", "", "--controller",
+       cluster_.url(), "--token-file", cluster_.token_file()},
+      dir_.path() + "/empty.log", here());
+  EXPECT_EQ(empty.Wait(seconds(30)), 2);
+  EXPECT_EQ(empty.Output(),
+            "multislice run: --COMMAND: expected the command to run on every "
+            "worker\n");
   testing::CliProcess down({MULTISLICE_BINARY, "run", "--qr", "qr", "--command",
                             "true", "--controller", "http://127.0.0.1:1",
                             "--token-file", cluster_.token_file()},
