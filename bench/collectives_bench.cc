@@ -276,6 +276,26 @@ std::string FormatBytes(double b) {
   return buf;
 }
 
+// nccl-tests' names of the element types.
+const char* NcclTypeName(DType t) {
+  return t == DType::kF32 ? "float" : "bfloat16";
+}
+
+// nccl-tests' time column: fewer decimals as the time grows.
+std::string TimeText(double us) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf,
+                us >= 10000 ? "%.0f"
+                : us >= 100 ? "%.1f"
+                            : "%.2f",
+                us);
+  return buf;
+}
+
+double BusBw(const std::string& op, long long bytes, const Stats& s, int n) {
+  return bytes / s.median_us / 1e3 * BusFactor(op, n);
+}
+
 // Prints tables on the first device of the job.
 class Reporter {
  public:
@@ -283,36 +303,41 @@ class Reporter {
            const MemoryBandwidth& membw)
       : options_(options), rt_(rt), membw_(membw) {}
 
-  void Header() {
+  void Header(long long min_bytes, long long max_bytes) {
     if (options_.json) return;
     std::printf(
-        "# multislice bench collectives: %d slice(s) x %s = %d devices, "
-        "dtype %s, iters %d (median, min, max after %d warm-up)\n",
+        "# multislice bench collectives: nSlices %d accelerator %s nDevices "
+        "%d minBytes %lld maxBytes %lld step: %d(factor) warmup iters: %d "
+        "iters: %d validation: 1 dtype: %s\n",
         rt_.env().num_slices, rt_.env().accelerator_type.c_str(),
-        static_cast<int>(rt_.devices().size()),
-        std::string(comm::Name(options_.dtype)).c_str(), options_.iters,
-        options_.warmup_iters);
+        static_cast<int>(rt_.devices().size()), min_bytes, max_bytes,
+        options_.step_factor, options_.warmup_iters, options_.iters,
+        NcclTypeName(options_.dtype));
     std::printf(
-        "# host memory bandwidth: %.1f GB/s (y += x over %s f32, %d "
+        "# time: the median of the iterations, each the slowest device's\n");
+    std::printf("#\n# Using devices\n");
+    for (const mesh::Device& d : rt_.devices()) {
+      std::printf("#  Rank %2d Slice %2d Worker %2d device %2d  cpu\n", d.id,
+                  d.slice_index, d.host, d.id);
+    }
+    std::printf(
+        "#\n# host memory bandwidth: %.1f GB/s (y += x over %s f32, %d "
         "threads; min %.1f, max %.1f)\n",
         membw_.median_gbps, FormatBytes(membw_.bytes).c_str(), membw_.threads,
         membw_.min_gbps, membw_.max_gbps);
     std::fflush(stdout);
   }
 
+  // The column header of nccl-tests (common.cu), after a line naming the op
+  // and path of the rows that follow.
   void Section(const std::string& op, const std::string& path,
                const AxisGroup& g) {
     if (options_.json) return;
     std::printf("#\n# %s, path %s: axes (%s), %d devices per group (%d x %d)\n",
                 op.c_str(), path.c_str(), g.axes_label.c_str(), g.size,
                 g.dcn_size, g.ici_size);
-    std::printf(
-        "#%13s %11s %6s %5s | %10s %8s %8s %6s | %10s %8s %8s %6s | %10s "
-        "%10s %7s %9s %7s %10s %10s %10s\n",
-        "size(B)", "count", "type", "redop", "time(us)", "algbw", "busbw",
-        "#wrong", "time(us)", "algbw", "busbw", "#wrong", "min(us)", "max(us)",
-        "%membw", "gloo-bus", "vs-gloo", "iciB/dev", "dcnB/dev", "formula");
-    std::fflush(stdout);
+    PrintColumnHeader();
+    section_.clear();
   }
 
   void Print(const Row& r) {
@@ -326,36 +351,58 @@ class Reporter {
       }
       return;
     }
-    const double algbw = r.bytes / r.oop.median_us / 1e3;
-    const double busbw = algbw * BusFactor(r.op, r.group_size);
-    const double algbw_ip = r.bytes / r.ip.median_us / 1e3;
-    const double busbw_ip = algbw_ip * BusFactor(r.op, r.group_size);
-    char gloo[32] = "-", ratio[32] = "-";
-    if (r.gloo_busbw > 0) {
-      std::snprintf(gloo, sizeof gloo, "%.2f", r.gloo_busbw);
-      std::snprintf(ratio, sizeof ratio, "%.2fx", busbw / r.gloo_busbw);
-    }
-    std::printf(
-        " %13lld %11zu %6s %5s | %10.1f %8.2f %8.2f %6lld | %10.1f %8.2f "
-        "%8.2f %6lld | %10.1f %10.1f %6.1f%% %9s %7s %10.0f %10.0f %10.0f\n",
-        r.bytes, r.count, std::string(comm::Name(options_.dtype)).c_str(),
-        r.op == "all_gather" ? "none" : "sum", r.oop.median_us, algbw, busbw,
-        r.wrong_oop, r.ip.median_us, algbw_ip, busbw_ip, r.wrong_ip,
-        r.oop.min_us, r.oop.max_us, 100 * busbw / membw_.median_gbps, gloo,
-        ratio, r.ici_bytes, r.dcn_bytes, r.dcn_formula);
+    section_.push_back(r);
+    const double busbw = BusBw(r.op, r.bytes, r.oop, r.group_size);
+    const double busbw_ip = BusBw(r.op, r.bytes, r.ip, r.group_size);
+    bus_sum_ += busbw + busbw_ip;
+    bus_count_ += 2;
+    std::printf("%12lld  %12zu  %8s  %6s  %6i", r.bytes, r.count,
+                NcclTypeName(options_.dtype),
+                r.op == "all_gather" ? "none" : "sum", -1);
+    PrintTimes(r.bytes, r.oop.median_us, busbw, r.wrong_oop);
+    PrintTimes(r.bytes, r.ip.median_us, busbw_ip, r.wrong_ip);
+    std::printf("\n");
     std::fflush(stdout);
   }
 
+  // What nccl-tests does not print, for the rows of the section just
+  // printed, as comments (parsers skip them): spread, the share of the
+  // memory bandwidth, Gloo on the same group, bytes sent per device.
+  void EndSection() {
+    if (options_.json || section_.empty()) return;
+    std::printf("#  %10s  %10s  %10s  %7s  %9s  %7s  %10s  %10s  %10s\n",
+                "size(B)", "min(us)", "max(us)", "%membw", "gloo-bus",
+                "vs-gloo", "iciB/dev", "dcnB/dev", "formula");
+    for (const Row& r : section_) {
+      const double busbw = BusBw(r.op, r.bytes, r.oop, r.group_size);
+      char gloo[32] = "-", ratio[32] = "-";
+      if (r.gloo_busbw > 0) {
+        std::snprintf(gloo, sizeof gloo, "%.2f", r.gloo_busbw);
+        std::snprintf(ratio, sizeof ratio, "%.2fx", busbw / r.gloo_busbw);
+      }
+      std::printf(
+          "#  %10lld  %10.1f  %10.1f  %6.1f%%  %9s  %7s  %10.0f  %10.0f  "
+          "%10.0f\n",
+          r.bytes, r.oop.min_us, r.oop.max_us, 100 * busbw / membw_.median_gbps,
+          gloo, ratio, r.ici_bytes, r.dcn_bytes, r.dcn_formula);
+    }
+    section_.clear();
+    std::fflush(stdout);
+  }
+
+  // Baselines are other libraries' all-reduce, not ours: commented rows, so
+  // that the data lines and the average are our collectives only.
   void Baseline(const std::string& name, const std::string& note) {
     if (options_.json) {
       baseline_notes_[name] = note;
       return;
     }
-    std::printf("#\n# all_reduce, baseline %s: %s\n", name.c_str(),
-                note.c_str());
-    std::printf("#%13s %11s %6s %5s | %10s %8s %8s %6s | %10s %10s %7s\n",
-                "size(B)", "count", "type", "redop", "time(us)", "algbw",
-                "busbw", "#wrong", "min(us)", "max(us)", "%membw");
+    std::printf("#\n# all_reduce, baseline %s: %s (rows commented)\n",
+                name.c_str(), note.c_str());
+    std::printf(
+        "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %10s %10s %7s\n",
+        "size", "count", "type", "redop", "root", "time", "algbw", "busbw",
+        "#wrong", "min(us)", "max(us)", "%membw");
   }
 
   void BaselineRow(const std::string& name, long long bytes, size_t count,
@@ -373,19 +420,31 @@ class Reporter {
                                 {"wrong", wrong}});
     if (options_.json) return;
     std::printf(
-        " %13lld %11zu %6s %5s | %10.1f %8.2f %8.2f %6s | %10.1f %10.1f "
-        "%6.1f%%\n",
-        bytes, count, std::string(comm::Name(options_.dtype)).c_str(), "sum",
-        s.median_us, algbw, busbw,
+        "# %10lld  %12zu  %8s  %6s  %6i  %7s  %6.2f  %6.2f  %5s  %10.1f "
+        "%10.1f %6.1f%%\n",
+        bytes, count, NcclTypeName(options_.dtype), "sum", -1,
+        TimeText(s.median_us).c_str(), algbw, busbw,
         wrong < 0 ? "-" : std::to_string(wrong).c_str(), s.min_us, s.max_us,
         100 * busbw / membw_.median_gbps);
     std::fflush(stdout);
   }
 
+  // Free-form lines (skipped paths, notes) as comments.
+  void Note(const std::string& text) {
+    if (options_.json) return;
+    std::printf("#\n# %s\n", text.c_str());
+    std::fflush(stdout);
+  }
+
   void Finish(long long total_wrong) {
     if (!options_.json) {
-      std::printf("#\n# Out of bounds values : %lld %s\n", total_wrong,
+      // nccl-tests' closing lines: the average is over every busbw printed,
+      // out-of-place and in-place.
+      std::printf("# Out of bounds values : %lld %s\n", total_wrong,
                   total_wrong == 0 ? "OK" : "FAILED");
+      std::printf("# Avg bus bandwidth    : %g \n",
+                  bus_count_ > 0 ? bus_sum_ / bus_count_ : 0.0);
+      std::printf("#\n");
       return;
     }
     nlohmann::json out;
@@ -446,7 +505,31 @@ class Reporter {
   const CollectivesBenchOptions& options_;
   runtime::Runtime& rt_;
   MemoryBandwidth membw_;
-  std::vector<Row> rows_;
+  void PrintColumnHeader() {
+    std::printf(
+        "# %10s  %12s  %8s  %6s  %6s           out-of-place                "
+        "       in-place          \n",
+        "", "", "", "", "");
+    std::printf(
+        "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s "
+        "%6s\n",
+        "size", "count", "type", "redop", "root", "time", "algbw", "busbw",
+        "#wrong", "time", "algbw", "busbw", "#wrong");
+    std::printf(
+        "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  "
+        "%5s\n",
+        "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)",
+        "(GB/s)", "(GB/s)", "");
+  }
+
+  void PrintTimes(long long bytes, double us, double busbw, long long wrong) {
+    std::printf("  %7s  %6.2f  %6.2f  %5lld", TimeText(us).c_str(),
+                bytes / us / 1e3, busbw, wrong);
+  }
+
+  std::vector<Row> rows_, section_;
+  double bus_sum_ = 0;
+  int bus_count_ = 0;
   nlohmann::json baselines_ = nlohmann::json::object();
   nlohmann::json baseline_notes_ = nlohmann::json::object();
 };
@@ -556,10 +639,10 @@ int RunCollectivesBench(runtime::Runtime& rt,
   MemoryBandwidth membw;
   if (printer) membw = MeasureMemoryBandwidth(local_devices, 256 << 20, 5);
   Reporter reporter(options, rt, membw);
-  if (printer) reporter.Header();
 
   const size_t es = comm::SizeOf(options.dtype);
   const std::vector<long long> sizes = Sizes(options);
+  if (printer) reporter.Header(options.min_bytes, sizes.back());
   const bool want_gloo_flat =
       std::find(options.baselines.begin(), options.baselines.end(),
                 "gloo-flat") != options.baselines.end();
@@ -580,12 +663,11 @@ int RunCollectivesBench(runtime::Runtime& rt,
           (path == "two-level" && g->path() == runtime::Path::kTwoLevel);
       if (exists) {
         paths.push_back(path);
-      } else if (prints && !options.json) {
-        std::printf(
-            "#\n# path %s: not on this mesh (%d slice(s) of %d "
-            "devices), skipped\n",
-            path.c_str(), rt.env().num_slices,
-            rt.accelerator().devices_per_slice());
+      } else if (prints) {
+        reporter.Note("path " + path + ": not on this mesh (" +
+                      std::to_string(rt.env().num_slices) + " slice(s) of " +
+                      std::to_string(rt.accelerator().devices_per_slice()) +
+                      " devices), skipped");
       }
     }
     const bool all_reduce = std::find(options.ops.begin(), options.ops.end(),
@@ -651,6 +733,7 @@ int RunCollectivesBench(runtime::Runtime& rt,
           }
           reporter.Print(row);
         }
+        if (prints) reporter.EndSection();
       }
     }
     if (want_gloo_flat && rt.devices().size() > 1) {

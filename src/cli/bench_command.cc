@@ -106,7 +106,9 @@ int RunBench(const BenchFlags& flags, const std::vector<std::string>& argv) {
   job.num_slices = flags.num_slices;
   job.accelerator_type = flags.accelerator_type;
   job.argv = argv;
-  job.raw_stdout_of_first_worker = flags.json;
+  // Slice 0 worker 0 prints the table (or the JSON) alone; unprefixed, so
+  // that nccl-tests parsers read it. The others print nothing on stdout.
+  job.raw_stdout_of_first_worker = true;
   return runtime::RunLocalJob(job, [&](const runtime::WorkerEnv& env) {
     runtime::RuntimeOptions rt_options;
     rt_options.env = env;
