@@ -446,7 +446,11 @@ void AddTrainCommand(CLI::App& root, CommandTable& table) {
   cmd->footer(
       "Writes base_output_directory/run_name/: config.json, metrics.jsonl, "
       "loss.svg and checkpoints/. Running the same command again resumes "
-      "from the newest complete checkpoint, on any mesh. A checkpoint or "
+      "from the newest complete checkpoint, on any mesh (Ctrl-C prints that "
+      "checkpoint and the command; an empty run_name is named once and "
+      "printed). One training per run directory: worker 0 holds a lock on "
+      "run_name/train.lock, and a second training is refused (exit 1). A "
+      "checkpoint or "
       "metrics write that fails (a full disk) stops the run at the next step "
       "(exit 1). A configuration whose memory estimate exceeds what the host "
       "has available is refused (exit 2); MULTISLICE_MEMORY_LIMIT_BYTES "

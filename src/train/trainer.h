@@ -34,7 +34,11 @@
 //
 // RunTrainer runs in every worker process of the job; process 0 (slice 0
 // worker 0) prints, writes the run directory's config.json, metrics.jsonl
-// and loss.svg.
+// (each record with this start's resume index, metrics.h) and loss.svg (the
+// earlier starts' records up to the restored step included, also when there
+// is nothing left to train), and warns when a resume changes the schedule
+// (run_directory.h). The caller holds the run directory's lock in process 0
+// (RunDirectoryLock, run_directory.h).
 #pragma once
 
 #include <cstdint>
