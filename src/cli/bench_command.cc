@@ -133,14 +133,20 @@ void AddBenchCommand(CLI::App& root, CommandTable& table) {
   bench->require_subcommand(1);
   CLI::App* coll = bench->add_subcommand(
       "collectives",
-      "nccl-tests style table of all_reduce, reduce_scatter and all_gather "
-      "over the ICI, DCN and two-level paths, with Gloo and Open MPI "
-      "baselines and the host's memory bandwidth measured in the same run.\n"
+      "nccl-tests tables (all_reduce_perf's format, so its parsers read "
+      "them) of all_reduce, reduce_scatter and all_gather over the ICI, DCN "
+      "and two-level paths, with Gloo and Open MPI baselines and the host's "
+      "memory bandwidth measured in the same run as comment lines. Only "
+      "slice 0 worker 0 prints.\n"
       "The mesh is data across slices, fsdp inside them: path ici = fsdp, "
       "dcn = data, two-level = (data, fsdp).\n"
-      "Example:\n"
+      "Examples:\n"
       "  multislice bench collectives --num_slices 2 --accelerator_type "
-      "cpu-2 --maxbytes 64M");
+      "cpu-2 --maxbytes 64M\n"
+      "  multislice bench collectives --num_slices 1 --accelerator_type "
+      "cpu-2 --ops all_reduce --paths ici --minbytes 64M --maxbytes 64M "
+      "--iters 10 --baselines none\n"
+      "  multislice bench collectives --json > collectives.json");
   auto flags = std::make_shared<BenchFlags>();
   coll->add_option(FlagNames("accelerator_type"), flags->accelerator_type,
                    "Devices per slice, as cpu-N.")

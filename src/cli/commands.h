@@ -28,22 +28,56 @@ void AddRunCommand(CLI::App& root, CommandTable& table);
 // `tpu-vm list|describe|ssh|scp`: the nodes of queued resources.
 void AddTpuVmCommand(CLI::App& root, CommandTable& table);
 
+// Every command, in the order `multislice --help` lists them: its group
+// (command.h), its one-line summary, and the function that declares it. A new
+// command is one line here.
 inline void AddAllCommands(CLI::App& root, CommandTable& table) {
-  AddMeshCommand(root, table);
-  AddShardingsCommand(root, table);
-  AddPlanCommand(root, table);
-  AddPeakCommand(root, table);
-  AddDataCommand(root, table);
-  AddTrainCommand(root, table);
-  AddGenerateCommand(root, table);
-  AddJobCommand(root, table);
-  AddBenchCommand(root, table);
-  AddControllerCommand(root, table);
-  AddAgentCommand(root, table);
-  AddQueuedResourcesCommand(root, table);
-  AddTpuVmCommand(root, table);
-  AddAdminCommand(root, table);
-  AddRunCommand(root, table);
+  RegisterCommand(
+      root, table, kTrainGroup,
+      "The seed's example workload (shardings.py): TFLOP/s on a mesh",
+      AddShardingsCommand);
+  RegisterCommand(root, table, kTrainGroup,
+                  "Train a GPT-2 style language model across slices",
+                  AddTrainCommand);
+  RegisterCommand(root, table, kTrainGroup,
+                  "Sample text from a train run's newest checkpoint",
+                  AddGenerateCommand);
+  RegisterCommand(root, table, kTrainGroup,
+                  "Training data tools (prepare the corpus)", AddDataCommand);
+  RegisterCommand(root, table, kPlanGroup,
+                  "Print the device mesh of a parallelism configuration",
+                  AddMeshCommand);
+  RegisterCommand(root, table, kPlanGroup,
+                  "Predict whether multislice training scales (DCN vs compute)",
+                  AddPlanCommand);
+  RegisterCommand(root, table, kClusterGroup,
+                  "Request, list, describe, delete and ssh to queued resources",
+                  AddQueuedResourcesCommand);
+  RegisterCommand(
+      root, table, kClusterGroup,
+      "List, describe, ssh and scp to the nodes of queued resources",
+      AddTpuVmCommand);
+  RegisterCommand(root, table, kClusterGroup,
+                  "Run a command on every worker of a queued resource",
+                  AddRunCommand);
+  RegisterCommand(root, table, kClusterGroup,
+                  "Run a self-healing job on a new queued resource",
+                  AddJobCommand);
+  RegisterCommand(root, table, kClusterGroup,
+                  "Run the queued-resource controller (API, scheduler, repair)",
+                  AddControllerCommand);
+  RegisterCommand(root, table, kClusterGroup,
+                  "Run the host agent that starts workers on this host",
+                  AddAgentCommand);
+  RegisterCommand(root, table, kClusterGroup,
+                  "Operator tools of the control plane", AddAdminCommand);
+  RegisterCommand(
+      root, table, kBenchmarkGroup,
+      "Matmul peaks and memory bandwidth of one device, measured now",
+      AddPeakCommand);
+  RegisterCommand(root, table, kBenchmarkGroup,
+                  "Collectives (nccl-tests format) and checkpoint benchmarks",
+                  AddBenchCommand);
 }
 
 }  // namespace multislice::cli

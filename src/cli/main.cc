@@ -20,12 +20,8 @@ const CLI::App* ParsedLeaf(const CLI::App& app) {
 }
 
 int Main(int argc, char** argv) {
-  CLI::App app{
-      "multislice: one training job across several slices of accelerators.\n"
-      "Example:\n"
-      "  multislice mesh --accelerator_type cpu-4 --num_slices 2 "
-      "--dcn_data_parallelism 2 --ici_fsdp_parallelism 4",
-      "multislice"};
+  CLI::App app{"", "multislice"};
+  ConfigureRootApp(app);  // before the commands, which inherit its help
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Print help for every command.");
   app.set_version_flag("--version", "multislice " MULTISLICE_VERSION);
