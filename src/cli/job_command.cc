@@ -10,8 +10,6 @@
 // The job follows the queued resource until the command has finished on every
 // worker of the current attempt, writes goodput.json, and deletes the queued
 // resource (unless --keep).
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,12 +26,11 @@
 #include "cli/commands.h"
 #include "cli/control_client.h"
 #include "cli/flags.h"
+#include "control/agent/pack.h"
 #include "runtime/launcher.h"
 #include "runtime/mesh/topology.h"
 #include "train/goodput.h"
 #include "train/metrics.h"
-
-extern char** environ;
 
 namespace multislice::cli {
 namespace {
@@ -50,6 +47,9 @@ struct JobFlags {
   std::string script_dir = ".";
   std::string run_name;
   std::string output_dir;
+  std::string bucket_dir;  // multihost_job.py's --BUCKET_DIR
+  std::string runtime_version = "multislice";
+  std::string cqr_extra_args;  // multihost_job.py's tier flags
   std::string project = "local";
   std::string zone = "local-a";
   bool reserved = false, spot = false, best_effort = false;
@@ -101,20 +101,11 @@ std::string QueuedResourceId(const std::string& run_name, int slices) {
   return id;
 }
 
-// Runs argv (no shell) and waits; its exit code, or -1 if it could not run.
-int Spawn(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  for (const std::string& a : args)
-    argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid;
-  if (posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ) !=
-      0) {
-    return -1;
-  }
-  int status = 0;
-  if (::waitpid(pid, &status, 0) != pid) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 // The startup script every worker runs (the values are the job's own flags,
@@ -133,12 +124,16 @@ std::string StartupScript(const std::string& job_dir,
     << "S=${MEGASCALE_SLICE_ID:-0} W=${TPU_WORKER_ID:-0} "
        "A=${MULTISLICE_ATTEMPT:-0}\n"
     << "LOG=\"$JOB_DIR/main_command_log_slice_${S}_worker_${W}\"\n"
-    << "rm -rf code && mkdir -p code && tar -xzf \"$JOB_DIR/code.tar.gz\" -C "
-       "code || exit 1\n"
-    << "cd code\n"
     << "echo \"=== attempt $A, $(date -u +%FT%TZ) ===\" >> \"$LOG\"\n"
-    << "bash -c " << ShellQuote(command) << " >> \"$LOG\" 2>&1\n"
-    << "rc=$?\n"
+    << "if rm -rf code && mkdir -p code && tar -xzf \"$JOB_DIR/code.tar.gz\" "
+       "-C code >> \"$LOG\" 2>&1; then\n"
+    << "  cd code\n"
+    << "  bash -c " << ShellQuote(command) << " >> \"$LOG\" 2>&1\n"
+    << "  rc=$?\n"
+    << "else\n"
+    << "  rc=$?; echo \"multislice job: unpacking the code failed\" >> "
+       "\"$LOG\"\n"
+    << "fi\n"
     << "echo \"$rc $A\" > \"$JOB_DIR/status_slice_${S}_worker_${W}.tmp\" && "
        "mv \"$JOB_DIR/status_slice_${S}_worker_${W}.tmp\" "
        "\"$JOB_DIR/status_slice_${S}_worker_${W}\"\n"
@@ -182,43 +177,130 @@ std::optional<WorkerStatus> ReadStatus(const std::string& path) {
   return s;
 }
 
-int Run(const JobFlags& f) {
-  if (f.command.empty()) {
-    return Fail(
-        InvalidArgument("--command: expected the command to run on "
-                        "every worker"));
+// --CQR_EXTRA_ARGS: multihost_job.py passes them to `gcloud ... create`;
+// the tier flags are what the controller has of them.
+Status ApplyExtraArgs(const std::string& flag, JobFlags& f) {
+  std::istringstream words(f.cqr_extra_args);
+  for (std::string word; words >> word;) {
+    if (word == "--reserved") {
+      f.reserved = true;
+    } else if (word == "--spot") {
+      f.spot = true;
+    } else if (word == "--best-effort" || word == "--best_effort") {
+      f.best_effort = true;
+    } else {
+      return InvalidArgument(flag + ": '" + word +
+                             "' is not supported; expected --reserved, "
+                             "--spot or --best-effort");
+    }
   }
+  return OkStatus();
+}
+
+// The checks of the flags, each naming the flag as typed.
+Status Validate(const CLI::App* cmd, JobFlags& f) {
+  if (f.command.empty()) {
+    return InvalidArgument(Spelled(cmd, "command", "COMMAND") +
+                           ": expected the command to run on every worker");
+  }
+  const std::string output = Spelled(cmd, "output_dir", "BUCKET_NAME");
   if (f.output_dir.empty()) {
-    return Fail(InvalidArgument(
-        "--output_dir: expected a directory every host can read (it plays "
-        "the role of the original's bucket)"));
+    return InvalidArgument(output +
+                           ": expected a directory every host can read (it "
+                           "plays the role of the original's bucket)");
+  }
+  if (f.output_dir.find("://") != std::string::npos) {
+    return InvalidArgument(output + ": '" + f.output_dir +
+                           "' is a URL; expected a directory every host can "
+                           "read");
+  }
+  const std::string type_flag = Spelled(cmd, "accelerator_type", "TPU_TYPE");
+  if (f.accelerator_type.empty()) {
+    return InvalidArgument(type_flag +
+                           ": expected the type of each slice, "
+                           "e.g. cpu-1");
   }
   auto type = mesh::ParseAcceleratorType(f.accelerator_type);
   if (!type.ok()) {
-    return Fail(
-        InvalidArgument("--accelerator_type: " + type.status().message()));
+    return InvalidArgument(type_flag + ": " + type.status().message());
   }
   if (f.num_slices < 1 || f.num_slices > 256) {
-    return Fail(InvalidArgument("--num_slices: expected 1 to 256, got " +
-                                std::to_string(f.num_slices)));
+    return InvalidArgument(Spelled(cmd, "num_slices", "NUM_SLICES") +
+                           ": expected 1 to 256, got " +
+                           std::to_string(f.num_slices));
   }
   if (f.timeout_seconds < 1) {
-    return Fail(InvalidArgument("--timeout_seconds: expected at least 1, got " +
-                                std::to_string(f.timeout_seconds)));
+    return InvalidArgument("--timeout_seconds: expected at least 1, got " +
+                           std::to_string(f.timeout_seconds));
   }
   if (f.failure_grace_seconds < 0) {
-    return Fail(
-        InvalidArgument("--failure_grace_seconds: expected at least 0, got " +
-                        std::to_string(f.failure_grace_seconds)));
+    return InvalidArgument(
+        "--failure_grace_seconds: expected at least 0, got " +
+        std::to_string(f.failure_grace_seconds));
   }
+  RETURN_IF_ERROR(
+      ApplyExtraArgs(Spelled(cmd, "cqr_extra_args", "CQR_EXTRA_ARGS"), f));
   if (f.reserved + f.spot + f.best_effort > 1) {
-    return Fail(InvalidArgument(
-        "--reserved: give at most one of --reserved, --spot, --best_effort"));
+    return InvalidArgument(
+        "--reserved: give at most one of --reserved, --spot, --best_effort");
   }
   if (!std::filesystem::is_directory(f.script_dir)) {
-    return Fail(InvalidArgument("--script_dir: '" + f.script_dir +
-                                "' is not a directory"));
+    return InvalidArgument(Spelled(cmd, "script_dir", "SCRIPT_DIR") + ": '" +
+                           f.script_dir + "' is not a directory");
   }
+  const std::string run_flag = Spelled(cmd, "run_name", "RUN_NAME");
+  if (f.run_name.find('/') != std::string::npos || f.run_name == "." ||
+      f.run_name == "..") {
+    return InvalidArgument(run_flag + ": '" + f.run_name +
+                           "' must be a plain name, without '/'");
+  }
+  if (f.bucket_dir.find("..") != std::string::npos ||
+      (!f.bucket_dir.empty() && f.bucket_dir[0] == '/')) {
+    return InvalidArgument(Spelled(cmd, "bucket_dir", "BUCKET_DIR") + ": '" +
+                           f.bucket_dir + "' must be a relative path inside " +
+                           output + ", without '..'");
+  }
+  return OkStatus();
+}
+
+// Packs the script directory into JOB_DIR/code.tar.gz (pack.h's rules; the
+// job's directory is marked first, so it is never packed).
+Status PackCode(const CLI::App* cmd, const JobFlags& f,
+                const std::string& job_dir) {
+  RETURN_IF_ERROR(control::MarkOutputFolder(job_dir));
+  control::PackOptions pack;
+  pack.dir = f.script_dir;
+  pack.archive = job_dir + "/code.tar.gz.tmp";
+  pack.flag = Spelled(cmd, "script_dir", "SCRIPT_DIR");
+  pack.program = kName;
+  pack.terminal = ::isatty(STDERR_FILENO) == 1 && !f.json;
+  RETURN_IF_ERROR(control::PackDirectory(pack).status());
+  std::error_code ec;
+  std::filesystem::rename(pack.archive, job_dir + "/code.tar.gz", ec);
+  if (ec)
+    return Internal("cannot rename " + pack.archive + ": " + ec.message());
+  return OkStatus();
+}
+
+// The failing worker's log: its path and the last `lines` lines of its
+// latest attempt, for the report on stderr.
+std::string FailureReport(const std::string& log_path, int lines) {
+  std::string log = ReadFile(log_path);
+  const size_t attempt = log.rfind("=== attempt ");
+  if (attempt != std::string::npos) log = log.substr(attempt);
+  while (!log.empty() && log.back() == '\n') log.pop_back();
+  size_t from = log.size();
+  for (int n = 0; n < lines && from != std::string::npos && from > 0; ++n) {
+    from = log.rfind('\n', from - 1);
+  }
+  const std::string tail =
+      from == std::string::npos ? log : log.substr(from + 1);
+  return "the last lines of " + log_path + ":\n" + tail + "\n";
+}
+
+int Run(const CLI::App* cmd, JobFlags f) {
+  if (Status valid = Validate(cmd, f); !valid.ok()) return Fail(valid);
+  auto type = mesh::ParseAcceleratorType(f.accelerator_type);
   std::string run_name = f.run_name;
   if (run_name.empty()) {
     const std::time_t now = std::time(nullptr);
@@ -228,18 +310,18 @@ int Run(const JobFlags& f) {
     std::strftime(buf, sizeof buf, "job-%Y%m%d-%H%M%S", &tm);
     run_name = buf;
   }
-  if (run_name.find('/') != std::string::npos || run_name == "." ||
-      run_name == "..") {
-    return Fail(InvalidArgument("--run_name: '" + run_name +
-                                "' must be a plain name, without '/'"));
-  }
   Result<control::ApiClient> client = MakeControllerClient(f.connection);
   if (!client.ok()) return Fail(client.status());
 
   std::error_code ec;
-  std::filesystem::create_directories(f.output_dir, ec);
-  const std::string output_dir =
-      std::filesystem::absolute(f.output_dir, ec).lexically_normal().string();
+  const std::string bucket =
+      f.bucket_dir.empty() ? f.output_dir : f.output_dir + "/" + f.bucket_dir;
+  std::filesystem::create_directories(bucket, ec);
+  std::string output_dir =
+      std::filesystem::absolute(bucket, ec).lexically_normal().string();
+  while (output_dir.size() > 1 && output_dir.back() == '/') {
+    output_dir.pop_back();
+  }
   const std::string job_dir = output_dir + "/" + run_name;
   std::filesystem::create_directories(job_dir, ec);
   if (ec) {
@@ -253,18 +335,15 @@ int Run(const JobFlags& f) {
       std::filesystem::remove(entry.path(), ec);
     }
   }
-  const std::string archive = job_dir + "/code.tar.gz";
-  if (Spawn({"tar", "-czf", archive + ".tmp", "-C", f.script_dir, "."}) != 0) {
-    return Fail(Internal("packing --script_dir '" + f.script_dir +
-                         "' with tar failed"));
+  if (Status packed = PackCode(cmd, f, job_dir); !packed.ok()) {
+    return Fail(packed);
   }
-  std::filesystem::rename(archive + ".tmp", archive, ec);
 
   const std::string id = QueuedResourceId(run_name, f.num_slices);
   const std::string parent =
       "/v2alpha1/projects/" + f.project + "/locations/" + f.zone;
   json node = {{"accelerator_type", f.accelerator_type},
-               {"runtime_version", "multislice"},
+               {"runtime_version", f.runtime_version},
                {"metadata",
                 {{"startup-script",
                   StartupScript(job_dir, output_dir, run_name, f.command)}}}};
@@ -298,6 +377,8 @@ int Run(const JobFlags& f) {
   Clock::time_point failed_since;
   int exit_code = 0;
   std::string outcome;
+  std::string failed_log;  // the failing worker's, once one has failed
+  std::string report_log;  // the log to show: the job failed there
   std::string last_line;
   const bool tty = runtime::ShowProgress() && !f.json;
   for (;;) {
@@ -344,6 +425,8 @@ int Run(const JobFlags& f) {
         }
         ++finished;
         if (status->exit_code != 0 && failure.empty()) {
+          failed_log = job_dir + "/main_command_log_slice_" +
+                       std::to_string(s) + "_worker_" + std::to_string(w);
           failure = name + " exited with code " +
                     std::to_string(status->exit_code) + " (attempt " +
                     std::to_string(attempt) + ")";
@@ -367,6 +450,7 @@ int Run(const JobFlags& f) {
       if (Clock::now() - failed_since >
           std::chrono::seconds(f.failure_grace_seconds)) {
         outcome = failure;
+        report_log = failed_log;
         break;
       }
     } else {
@@ -386,6 +470,11 @@ int Run(const JobFlags& f) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (tty) std::printf("\n");
+  if (!report_log.empty()) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: %s; %s", kName, outcome.c_str(),
+                 FailureReport(report_log, 20).c_str());
+  }
   const double end = Now();
 
   // The controller's own record of the transitions is exact where the
@@ -482,7 +571,11 @@ void AddJobCommand(CLI::App& root, CommandTable& table) {
       "--keep). The command sees MULTISLICE_OUTPUT_DIR, MULTISLICE_RUN_NAME "
       "and MULTISLICE_JOB_DIR; a trainer given base_output_directory="
       "$MULTISLICE_OUTPUT_DIR run_name=$MULTISLICE_RUN_NAME resumes from its "
-      "checkpoints after a repair, and its metrics feed goodput.json.\n"
+      "checkpoints after a repair, and its metrics feed goodput.json. When "
+      "a worker fails, the last 20 lines of its log are printed. "
+      "multihost_job.py's upper-case flags (--TPU_TYPE, --NUM_SLICES, "
+      "--VERSION, --COMMAND, --SCRIPT_DIR, --RUN_NAME, --BUCKET_NAME, "
+      "--BUCKET_DIR, --PROJECT, --ZONE, --CQR_EXTRA_ARGS) work too.\n"
       "Example:\n"
       "  multislice job --accelerator_type cpu-1 --num_slices 2 "
       "--output_dir /shared/jobs --run_name demo \\\n"
@@ -492,21 +585,44 @@ void AddJobCommand(CLI::App& root, CommandTable& table) {
   auto f = std::make_shared<JobFlags>();
   AddControllerFlags(cmd, &f->connection);
   AddStringFlag(cmd, "accelerator_type", &f->accelerator_type,
-                "Type of each slice, e.g. cpu-2.")
-      ->required();
-  AddIntFlag(cmd, "num_slices", &f->num_slices, "Number of slices.");
+                "Required: type of each slice, e.g. cpu-2 (also --TPU_TYPE).");
+  AddStringAlias(cmd, "TPU_TYPE", &f->accelerator_type);
+  AddIntFlag(cmd, "num_slices", &f->num_slices,
+             "Number of slices (also --NUM_SLICES).");
+  AddIntAlias(cmd, "NUM_SLICES", &f->num_slices);
+  AddStringFlag(cmd, "runtime_version", &f->runtime_version,
+                "Runtime version of the nodes (also --VERSION).");
+  AddStringAlias(cmd, "VERSION", &f->runtime_version);
   AddStringFlag(cmd, "command", &f->command,
-                "Shell command run on every worker, in the unpacked code.")
-      ->required();
+                "Required: shell command run on every worker, in the unpacked "
+                "code (also --COMMAND).");
+  AddStringAlias(cmd, "COMMAND", &f->command);
   AddStringFlag(cmd, "script_dir", &f->script_dir,
-                "Directory packed and shipped to every worker.");
+                "Directory packed and shipped to every worker, without the "
+                "output folders of runs and jobs in it; at most 256 MiB (also "
+                "--SCRIPT_DIR).");
+  AddStringAlias(cmd, "SCRIPT_DIR", &f->script_dir);
   AddStringFlag(cmd, "run_name", &f->run_name,
-                "Name of the job (default job-<UTC time>).");
+                "Name of the job (default job-<UTC time>; also --RUN_NAME).");
+  AddStringAlias(cmd, "RUN_NAME", &f->run_name);
   AddStringFlag(cmd, "output_dir", &f->output_dir,
-                "Directory every host can read: code, logs, goodput.json.")
-      ->required();
-  AddStringFlag(cmd, "project", &f->project, "Project of the queued resource.");
-  AddStringFlag(cmd, "zone", &f->zone, "Zone of the queued resource.");
+                "Required: directory every host can read: code, logs, "
+                "goodput.json (also --BUCKET_NAME).");
+  AddStringAlias(cmd, "BUCKET_NAME", &f->output_dir);
+  AddStringFlag(cmd, "bucket_dir", &f->bucket_dir,
+                "A folder inside --output_dir for the job's directory (also "
+                "--BUCKET_DIR).");
+  AddStringAlias(cmd, "BUCKET_DIR", &f->bucket_dir);
+  AddStringFlag(cmd, "project", &f->project,
+                "Project of the queued resource (also --PROJECT).");
+  AddStringAlias(cmd, "PROJECT", &f->project);
+  AddStringFlag(cmd, "zone", &f->zone,
+                "Zone of the queued resource (also --ZONE).");
+  AddStringAlias(cmd, "ZONE", &f->zone);
+  AddStringFlag(cmd, "cqr_extra_args", &f->cqr_extra_args,
+                "multihost_job.py's extra create flags: --reserved, --spot or "
+                "--best-effort (also --CQR_EXTRA_ARGS).");
+  AddStringAlias(cmd, "CQR_EXTRA_ARGS", &f->cqr_extra_args);
   AddBoolFlag(cmd, "reserved", &f->reserved, "Reserved tier.");
   AddBoolFlag(cmd, "spot", &f->spot, "Spot tier.");
   AddBoolFlag(cmd, "best_effort", &f->best_effort, "Best-effort tier.");
@@ -517,7 +633,7 @@ void AddJobCommand(CLI::App& root, CommandTable& table) {
              "How long a failed worker may wait for a repair to begin before "
              "the job fails.");
   AddBoolFlag(cmd, "json", &f->json, "Print goodput.json's object at the end.");
-  table[cmd] = [f] { return Run(*f); };
+  table[cmd] = [cmd, f] { return Run(cmd, *f); };
 }
 
 }  // namespace multislice::cli

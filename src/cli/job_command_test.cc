@@ -267,5 +267,97 @@ TEST_F(JobCommandTest, InMemoryRecoveryRestoresANewerStepFromSlice0) {
   }
 }
 
+// The first hour's traps, on 2 local hosts: no dataset, no trainer.
+class JobTrapsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(controller_.Start(2, "cpu-1").ok()) << controller_.log();
+    fs::create_directories(code_dir());
+    std::ofstream(code_dir() + "/data.txt") << "payload\n";
+  }
+  void TearDown() override { EXPECT_TRUE(controller_.Stop().ok()); }
+  std::string code_dir() { return dir_.path() + "/code"; }
+
+  TempDir dir_{"multislice-job-traps-"};
+  control::testing::LocalController controller_{testing_util::Binary(),
+                                                dir_.path()};
+};
+
+TEST_F(JobTrapsTest, MaxTextSpellingsAndTheCurrentDirectoryWithItsOutputIn) {
+  // multihost_job.py's flags; the script directory is the current one and
+  // the job's own directory lies inside it (before, tar packed its own
+  // archive: "file changed as we read it").
+  auto [code, out] = controller_.Run(
+      {"job",
+       "--TPU_TYPE",
+       "cpu-1",
+       "--NUM_SLICES=2",
+       "--BUCKET_NAME",
+       "out",
+       "--BUCKET_DIR",
+       "jobs",
+       "--RUN_NAME",
+       "dot",
+       "--SCRIPT_DIR",
+       ".",
+       "--ZONE",
+       "local-a",
+       "--PROJECT",
+       "local",
+       "--CQR_EXTRA_ARGS",
+       "--spot",
+       "--VERSION",
+       "v2-alpha",
+       "--COMMAND",
+       "cat data.txt; find . -name 'main_command_log_*' -o -name "
+       "'code.tar.gz*' | wc -l"},
+      code_dir(), std::chrono::seconds(60));
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("multislice job: packed .: 1 file, 8 B into "),
+            std::string::npos)
+      << out;
+  const std::string job_dir = code_dir() + "/out/jobs/dot";
+  for (int slice = 0; slice < 2; ++slice) {
+    const std::string log = ReadFile(job_dir + "/main_command_log_slice_" +
+                                     std::to_string(slice) + "_worker_0");
+    EXPECT_NE(log.find("payload\n0\n"), std::string::npos) << log;
+  }
+}
+
+TEST_F(JobTrapsTest, AFailingWorkerShowsTheEndOfItsLog) {
+  auto [code, out] = controller_.Run(
+      {"job", "--accelerator_type", "cpu-1", "--num_slices", "2",
+       "--output_dir", dir_.path() + "/out", "--run_name", "fails",
+       "--script_dir", code_dir(), "--failure_grace_seconds", "0", "--command",
+       "if [ $MEGASCALE_SLICE_ID = 1 ]; then for i in $(seq 30); do echo "
+       "line $i; done; echo 'Traceback: boom' >&2; exit 3; fi; sleep 30"},
+      "", std::chrono::seconds(60));
+  EXPECT_EQ(code, 3) << out;
+  const std::string log =
+      dir_.path() + "/out/fails/main_command_log_slice_1_worker_0";
+  EXPECT_NE(out.find("multislice job: slice 1 worker 0 exited with code 3 "
+                     "(attempt 1); the last lines of " +
+                     log + ":\nline 12\n"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("line 30\nTraceback: boom\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("line 11\n"), std::string::npos) << out;
+}
+
+TEST_F(JobTrapsTest, BadUpperCaseValuesNameTheFlagTyped) {
+  auto [code, out] =
+      controller_.Run({"job", "--TPU_TYPE", "cpu-1", "--NUM_SLICES", "0",
+                       "--BUCKET_NAME", dir_.path(), "--COMMAND", "true"});
+  EXPECT_EQ(code, 2);
+  EXPECT_EQ(out, "multislice job: --NUM_SLICES: expected 1 to 256, got 0\n");
+  auto [url, url_out] =
+      controller_.Run({"job", "--TPU_TYPE", "cpu-1", "--BUCKET_NAME",
+                       "gs://bucket", "--COMMAND", "true"});
+  EXPECT_EQ(url, 2);
+  EXPECT_EQ(url_out,
+            "multislice job: --BUCKET_NAME: 'gs://bucket' is a URL; expected "
+            "a directory every host can read\n");
+}
+
 }  // namespace
 }  // namespace multislice
