@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 
@@ -10,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/platform.h"
+#include "cli/progress.h"
 #include "compute/matmul.h"
 #include "model/shardings.h"
 #include "runtime/launcher.h"
@@ -69,6 +71,17 @@ int Fail(const Status& s) {
   return ExitCodeFor(s);
 }
 
+// On a terminal, a line redrawn in place on stdout (relayed as is by the
+// launcher); otherwise lines on stderr, so that stdout stays the original's
+// report (and --json one object).
+Progress::Options ProgressOptions(const ShardingsFlags& flags) {
+  Progress::Options options;
+  options.prefix = "shardings";
+  options.in_place = !flags.json && runtime::ShowProgress();
+  options.out = options.in_place ? stdout : stderr;
+  return options;
+}
+
 // The body of one worker: measure the peak, train, report.
 int RunWorker(const ShardingsFlags& flags, const runtime::WorkerEnv& env) {
   runtime::RuntimeOptions options;
@@ -117,6 +130,14 @@ int RunWorker(const ShardingsFlags& flags, const runtime::WorkerEnv& env) {
 
   const int local_count = static_cast<int>(rt.local_devices().size());
   const int total_steps = flags.steps + 1;  // one untimed warm-up first
+  // The first worker says where the run is, so that no phase is silent.
+  std::unique_ptr<Progress> progress;
+  if (printer) progress = std::make_unique<Progress>(ProgressOptions(flags));
+  if (progress) {
+    progress->Phase("measuring the matmul peak (2048^3, " +
+                    std::to_string(local_count) +
+                    " device(s) of this worker at once)");
+  }
   // The peak of one device while every device of this host measures its own
   // at once (what a device can do when all of them train), on the shape
   // `multislice peak` reports: 2048^3, f32 accumulation and output.
@@ -132,6 +153,7 @@ int RunWorker(const ShardingsFlags& flags, const runtime::WorkerEnv& env) {
       flags.config.embedding_dimension, flags.config.batch_size,
       flags.config.dtype, 3, local_count);
   if (!layer_peak.ok()) return Fail(layer_peak.status());
+  if (progress) progress->Phase("creating the weights and inputs");
   // Utilisation is against the better of the two.
   const double peak_gflops = std::max(square_peak->median_gflops, *layer_peak);
   std::vector<std::vector<model::StepStats>> stats(
@@ -141,13 +163,11 @@ int RunWorker(const ShardingsFlags& flags, const runtime::WorkerEnv& env) {
     compute::SetSingleThreaded();
     model::ShardingsDevice device(rt, local, flags.config, shapes);
     RETURN_IF_ERROR(device.Init());
+    Progress* steps = local == 0 ? progress.get() : nullptr;
+    if (steps) steps->StartSteps(total_steps, 1);
     for (int step = 0; step < total_steps; ++step) {
       RETURN_IF_ERROR(device.Step(&stats[local][step]));
-      if (printer && local == 0 && runtime::ShowProgress()) {
-        std::fprintf(stderr, "shardings: step %d/%d%s took %.3f s\n", step + 1,
-                     total_steps, step == 0 ? " (warm-up)" : "",
-                     stats[local][step].seconds);
-      }
+      if (steps) steps->StepDone(step + 1, stats[local][step].seconds);
     }
     // Step time = the slowest device's, as the original's single program.
     std::vector<float> seconds(total_steps);
@@ -162,6 +182,7 @@ int RunWorker(const ShardingsFlags& flags, const runtime::WorkerEnv& env) {
     if (local == 0) slowest = seconds;
     return OkStatus();
   });
+  if (progress) progress->Stop();
   if (!status.ok()) return Fail(status);
 
   if (!flags.profiler_path.empty()) {

@@ -3,11 +3,16 @@
 // itself is tested in model/shardings_test.cc.)
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "cli/cli_test_util.h"
 #include "cli/command.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 
 namespace multislice::cli {
 namespace {
@@ -99,6 +104,111 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{{"--accelerator_type", "gpu-2"}, "unknown accelerator type"},
         BadCase{{"-d", "abc"},
                 "--embedding_dimension: 'abc' is not an integer"}));
+
+// What a Progress wrote to a temporary file.
+std::string Contents(FILE* f) {
+  std::fflush(f);
+  std::rewind(f);
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  return text;
+}
+
+int Count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos;
+       at = text.find(what, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+TEST(ProgressTest, WithoutATerminalALongPhaseIsNeverSilent) {
+  FILE* f = std::tmpfile();
+  Progress::Options options{.out = f, .prefix = "shardings"};
+  options.quiet_seconds = 0.2;
+  Progress progress(options);
+  progress.Phase("measuring the matmul peak");
+  std::this_thread::sleep_for(std::chrono::milliseconds(900));
+  progress.Stop();
+  const std::string text = Contents(f);
+  std::fclose(f);
+  // Once at the start, then at least every 0.2 s (checked every 0.05 s).
+  EXPECT_GE(Count(text, "shardings: measuring the matmul peak, "), 4) << text;
+  EXPECT_EQ(Count(text, "\n"), Count(text, "shardings: ")) << text;
+  EXPECT_EQ(text.find('\r'), std::string::npos) << text;
+}
+
+TEST(ProgressTest, StepsSayWhereTheRunIsAndTheEta) {
+  FILE* f = std::tmpfile();
+  Progress progress({.out = f, .prefix = "shardings"});
+  progress.StartSteps(4, 1);
+  EXPECT_NE(progress.Text().find("step 1/4 running"), std::string::npos)
+      << progress.Text();
+  progress.StepDone(1, 5.0);  // the warm-up: no ETA from it
+  EXPECT_EQ(progress.Text().find("ETA"), std::string::npos) << progress.Text();
+  progress.StepDone(2, 2.0);
+  EXPECT_NE(progress.Text().find("step 3/4 running, last step 2.00 s, ETA 4s"),
+            std::string::npos)
+      << progress.Text();
+  progress.StepDone(3, 2.0);
+  progress.StepDone(4, 2.0);
+  progress.Stop();
+  const std::string text = Contents(f);
+  std::fclose(f);
+  // The first and the last step always have a line; steps within a second
+  // of the previous line do not.
+  EXPECT_NE(text.find("shardings: step 1/4 running"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("shardings: step 4/4 done, last step 2.00 s"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("step 3/4"), std::string::npos) << text;
+}
+
+TEST(ProgressTest, OnATerminalOneLineIsRedrawnAndClearedAtTheEnd) {
+  FILE* f = std::tmpfile();
+  Progress::Options options{.out = f, .in_place = true, .prefix = "x"};
+  options.redraw_seconds = 0.05;
+  Progress progress(options);
+  progress.Phase("creating the weights");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  progress.Stop();
+  const std::string text = Contents(f);
+  std::fclose(f);
+  EXPECT_GE(Count(text, "\r\033[Kx: creating the weights, "), 3) << text;
+  EXPECT_EQ(text.find('\n'), std::string::npos) << text;
+  EXPECT_EQ(text.rfind("\r\033[K"), text.size() - 4) << text;
+}
+
+// The command itself: progress on stderr without a terminal (stdout stays the
+// original's report), on stdout in place with one.
+TEST(ShardingsProgressTest, EveryPhaseAndStepIsReported) {
+  using testing_util::ReadFile;
+  const std::string dir = ::testing::TempDir();
+  const std::vector<std::string> args = {
+      "shardings", "-d", "64", "-b", "64", "-n", "1", "--steps", "3"};
+  testing_util::Child c =
+      testing_util::Spawn(args, {}, dir, "shardings_progress");
+  ASSERT_EQ(testing_util::WaitExit(c, 100), 0) << ReadFile(c.err);
+  const std::string err = ReadFile(c.err);
+  EXPECT_NE(err.find("shardings: measuring the matmul peak"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("shardings: creating the weights"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("shardings: step 4/4 done"), std::string::npos) << err;
+  EXPECT_EQ(ReadFile(c.out).find("shardings: step"), std::string::npos);
+
+  testing_util::Child t = testing_util::Spawn(args, {"MULTISLICE_PROGRESS=1"},
+                                              dir, "shardings_progress_tty");
+  ASSERT_EQ(testing_util::WaitExit(t, 100), 0) << ReadFile(t.err);
+  const std::string out = ReadFile(t.out);
+  EXPECT_NE(out.find("\r\033[Kshardings: step"), std::string::npos) << out;
+  // The line is cleared before the report.
+  EXPECT_NE(out.find("\r\033[Kaverage time: "), std::string::npos) << out;
+}
 
 }  // namespace
 }  // namespace multislice::cli
