@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -176,6 +177,64 @@ TEST(QueuedResourcesCliTest, CreateListDescribeResetDelete) {
                                  0),
             0u)
       << bad_format.out;
+
+  // tpu-vm: the nodes qr1-0 and qr1-1, as Cloud TPU names them.
+  CommandRun nodes = Multislice("tpu-vm list --zone=local-a");
+  EXPECT_EQ(nodes.code, 0);
+  ASSERT_EQ(Lines(nodes.out).size(), 3u) << nodes.out;
+  EXPECT_EQ(Words(Lines(nodes.out)[2]),
+            (std::vector<std::string>{"qr1-1", "local-a", "cpu-2", "READY",
+                                      "HEALTHY", "qr1"}));
+  EXPECT_EQ(Multislice("tpu-vm describe qr1-1 --format "
+                       "'value(state,queuedResource.basename())'")
+                .out,
+            "READY\tqr1\n");
+  EXPECT_EQ(Multislice("tpu-vm describe qr1-9", true).code, 1);
+  CommandRun bad_node = Multislice("tpu-vm describe Node_1", true);
+  EXPECT_EQ(bad_node.code, 2);
+  EXPECT_EQ(bad_node.out,
+            "multislice tpu-vm describe: NODE: 'Node_1' is not a valid name: "
+            "use 1 to 63 lower-case letters, digits and hyphens, starting "
+            "with a letter and not ending with a hyphen\n");
+  CommandRun no_command = Multislice("tpu-vm ssh qr1-1 </dev/null", true);
+  EXPECT_EQ(no_command.code, 2);
+  EXPECT_EQ(no_command.out,
+            "multislice tpu-vm ssh: --command: not given and standard input "
+            "holds no command\n");
+  std::ofstream(dir.path() + "/commands") << "echo $MEGASCALE_SLICE_ID\n";
+  CommandRun piped =
+      Multislice("tpu-vm ssh qr1-1 < " + dir.path() + "/commands");
+  EXPECT_EQ(piped.out, "[node 1 worker 0] 1\n");
+  EXPECT_EQ(Multislice("tpu-vm ssh qr1-1 --worker=3 --command=true", true).code,
+            2);
+  // scp: uploads only (the agent has no download), relative to the
+  // worker's directory.
+  std::filesystem::create_directories(dir.path() + "/code/sub");
+  std::ofstream(dir.path() + "/code/a") << "first\n";
+  std::ofstream(dir.path() + "/code/sub/b") << "second\n";
+  CommandRun scp = Multislice("tpu-vm scp --recurse " + dir.path() +
+                              "/code qr1-0:~/copy --worker=all");
+  EXPECT_EQ(scp.code, 0);
+  EXPECT_EQ(scp.out, "Copied 2 files (13 bytes) to qr1-0 worker 0\n");
+  EXPECT_EQ(
+      Multislice("tpu-vm ssh qr1-0 --command='cat copy/a copy/sub/b'").out,
+      "[node 0 worker 0] first\n[node 0 worker 0] second\n");
+  CommandRun no_recurse =
+      Multislice("tpu-vm scp " + dir.path() + "/code qr1-0:x", true);
+  EXPECT_EQ(no_recurse.code, 2);
+  EXPECT_NE(no_recurse.out.find("is a directory: give --recurse"),
+            std::string::npos)
+      << no_recurse.out;
+  CommandRun download = Multislice("tpu-vm scp qr1-0:copy/a here", true);
+  EXPECT_EQ(download.code, 2);
+  EXPECT_NE(download.out.find("copying from a TPU VM is not supported"),
+            std::string::npos)
+      << download.out;
+  CommandRun absolute =
+      Multislice("tpu-vm scp " + dir.path() + "/code/a qr1-0:/etc/x", true);
+  EXPECT_EQ(absolute.code, 2);
+  EXPECT_NE(absolute.out.find("'/etc/x' is absolute"), std::string::npos)
+      << absolute.out;
 
   CommandRun reset = Multislice("queued-resources reset qr1");
   EXPECT_EQ(reset.code, 0);
