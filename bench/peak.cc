@@ -8,16 +8,25 @@
 // multi-device host is about.
 #include "bench/peak.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <barrier>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
 
 #include "compute/random.h"
+#include "runtime/comm/dcn/store.h"
+#include "runtime/worker_env.h"
 
 namespace multislice::bench {
 namespace {
@@ -67,29 +76,13 @@ double Median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
-}  // namespace
-
-double GemmFlops(const GemmDesc& desc) {
-  return 2.0 * static_cast<double>(desc.m) * static_cast<double>(desc.n) *
-         static_cast<double>(desc.k);
-}
-
-Result<MatmulPeak> MeasureMatmulPeak(const GemmDesc& desc, int reps) {
-  return MeasureConcurrentMatmulPeak(desc, reps, 1);
-}
-
-Result<MatmulPeak> MeasureConcurrentMatmulPeak(const GemmDesc& desc, int reps,
-                                               int threads) {
-  if (reps < 1) {
-    return InvalidArgument("reps: expected at least 1, got " +
-                           std::to_string(reps));
-  }
-  if (threads < 1) {
-    return InvalidArgument("threads: expected at least 1, got " +
-                           std::to_string(threads));
-  }
+// `rounds` rounds of `per_round` timed calls on `threads` threads at once,
+// after kWarmupCalls untimed calls; the best round's median is the rate.
+Result<MatmulPeak> MeasureRounds(const GemmDesc& desc, int rounds,
+                                 int per_round, int threads) {
   constexpr int kWarmupCalls = 2;
   using Clock = std::chrono::steady_clock;
+  const int timed = rounds * per_round;
   std::vector<std::vector<double>> seconds(threads), cpu_shares(threads);
   std::vector<Status> status(threads);
   std::string impl;
@@ -99,7 +92,7 @@ Result<MatmulPeak> MeasureConcurrentMatmulPeak(const GemmDesc& desc, int reps,
     workers.emplace_back([&, t] {
       compute::SetSingleThreaded();
       Buffers buf = MakeBuffers(desc, 1000 + t);
-      for (int call = 0; call < kWarmupCalls + reps; ++call) {
+      for (int call = 0; call < kWarmupCalls + timed; ++call) {
         sync.arrive_and_wait();
         // A thread that failed keeps meeting the barrier so others finish.
         if (!status[t].ok()) continue;
@@ -123,23 +116,197 @@ Result<MatmulPeak> MeasureConcurrentMatmulPeak(const GemmDesc& desc, int reps,
   }
   for (std::thread& w : workers) w.join();
   for (const Status& s : status) RETURN_IF_ERROR(s);
-  std::vector<double> gflops, shares;
   const double flops = GemmFlops(desc);
-  for (int t = 0; t < threads; ++t) {
-    for (double s : seconds[t]) gflops.push_back(flops / s / 1e9);
-    shares.insert(shares.end(), cpu_shares[t].begin(), cpu_shares[t].end());
-  }
-  std::sort(gflops.begin(), gflops.end());
   MatmulPeak peak;
   peak.desc = desc;
   peak.threads = threads;
-  peak.reps = reps;
-  peak.median_gflops = gflops[gflops.size() / 2];
-  peak.min_gflops = gflops.front();
-  peak.max_gflops = gflops.back();
+  peak.reps = timed;
+  peak.rounds = rounds;
+  std::vector<double> all, shares;
+  for (int r = 0; r < rounds; ++r) {
+    std::vector<double> round;
+    for (int t = 0; t < threads; ++t) {
+      for (int i = r * per_round; i < (r + 1) * per_round; ++i) {
+        round.push_back(flops / seconds[t][i] / 1e9);
+      }
+    }
+    all.insert(all.end(), round.begin(), round.end());
+    peak.round_gflops.push_back(Median(round));
+  }
+  for (const std::vector<double>& s : cpu_shares) {
+    shares.insert(shares.end(), s.begin(), s.end());
+  }
+  peak.median_gflops =
+      *std::max_element(peak.round_gflops.begin(), peak.round_gflops.end());
+  peak.min_gflops = *std::min_element(all.begin(), all.end());
+  peak.max_gflops = *std::max_element(all.begin(), all.end());
   peak.cpu_share = Median(shares);
   peak.impl = impl;
   return peak;
+}
+
+// A file name for one measurement: the matmul and the call count.
+std::string PeakKey(const GemmDesc& d, int per_round, int threads) {
+  std::string key = std::to_string(d.m) + "x" + std::to_string(d.n) + "x" +
+                    std::to_string(d.k) + "-" + std::string(Name(d.ab_type)) +
+                    "-" + std::string(Name(d.c_type));
+  if (d.transpose_a) key += "-ta";
+  if (d.transpose_b) key += "-tb";
+  if (d.sigmoid) key += "-sig";
+  if (d.bias) key += "-bias";
+  if (d.alpha != 1.0f) key += "-alpha" + std::to_string(d.alpha);
+  if (d.beta != 0.0f) key += "-beta" + std::to_string(d.beta);
+  if (d.lda || d.ldb || d.ldc) {
+    key += "-ld" + std::to_string(d.lda) + "." + std::to_string(d.ldb) + "." +
+           std::to_string(d.ldc);
+  }
+  return key + "-r" + std::to_string(per_round) + "-t" +
+         std::to_string(threads);
+}
+
+nlohmann::json PeakToJson(const MatmulPeak& p) {
+  return {{"threads", p.threads},
+          {"reps", p.reps},
+          {"rounds", p.rounds},
+          {"median_gflops", p.median_gflops},
+          {"min_gflops", p.min_gflops},
+          {"max_gflops", p.max_gflops},
+          {"round_gflops", p.round_gflops},
+          {"cpu_share", p.cpu_share},
+          {"impl", p.impl},
+          {"processes", p.processes}};
+}
+
+MatmulPeak PeakFromJson(const GemmDesc& desc, const nlohmann::json& j) {
+  MatmulPeak p;
+  p.desc = desc;
+  p.threads = j.at("threads");
+  p.reps = j.at("reps");
+  p.rounds = j.at("rounds");
+  p.median_gflops = j.at("median_gflops");
+  p.min_gflops = j.at("min_gflops");
+  p.max_gflops = j.at("max_gflops");
+  p.round_gflops = j.at("round_gflops").get<std::vector<double>>();
+  p.cpu_share = j.at("cpu_share");
+  p.impl = j.at("impl");
+  p.processes = j.at("processes");
+  p.measured_here = false;
+  return p;
+}
+
+// Every worker of the share says it is here, then waits (bounded) for the
+// others, so that none of them is busy with other work during the
+// measurement.
+void MeetOthers(const PeakShare& share, const std::string& key) {
+  namespace fs = std::filesystem;
+  std::ofstream(share.dir + "/" + key + ".arrived." + share.name).put('\n');
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(share.wait_seconds);
+  const std::string prefix = key + ".arrived.";
+  while (std::chrono::steady_clock::now() < deadline) {
+    int arrived = 0;
+    std::error_code ec;
+    for (const fs::directory_entry& e : fs::directory_iterator(share.dir, ec)) {
+      arrived += e.path().filename().string().rfind(prefix, 0) == 0;
+    }
+    if (arrived >= share.processes) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+// One worker (the first to take the lock) measures with the devices of all
+// of them; the others wait on the lock, idle, and read its result.
+Result<MatmulPeak> MeasureOnceForAll(const GemmDesc& desc, int per_round,
+                                     int threads, const PeakShare& share) {
+  std::error_code ec;
+  std::filesystem::create_directories(share.dir, ec);
+  if (ec) {
+    return Internal("cannot create " + share.dir + ": " + ec.message());
+  }
+  const std::string key = PeakKey(desc, per_round, threads);
+  MeetOthers(share, key);
+  const std::string lock_path = share.dir + "/" + key + ".lock";
+  const int fd = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (fd < 0) return Internal("cannot open " + lock_path);
+  while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+  }
+  const std::string result_path = share.dir + "/" + key + ".json";
+  Result<MatmulPeak> peak = Internal("unset");
+  std::ifstream in(result_path);
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (!j.is_discarded() && j.is_object()) {
+    peak = PeakFromJson(desc, j);
+  } else {
+    peak =
+        MeasureRounds(desc, kPeakRounds, per_round, threads * share.processes);
+    if (peak.ok()) {
+      peak->processes = share.processes;
+      const std::string tmp = result_path + ".tmp";
+      std::ofstream(tmp) << PeakToJson(*peak).dump();
+      std::filesystem::rename(tmp, result_path, ec);
+    }
+  }
+  ::flock(fd, LOCK_UN);
+  ::close(fd);
+  return peak;
+}
+
+}  // namespace
+
+double GemmFlops(const GemmDesc& desc) {
+  return 2.0 * static_cast<double>(desc.m) * static_cast<double>(desc.n) *
+         static_cast<double>(desc.k);
+}
+
+Result<MatmulPeak> MeasureMatmulPeak(const GemmDesc& desc, int reps) {
+  if (reps < 1) {
+    return InvalidArgument("reps: expected at least 1, got " +
+                           std::to_string(reps));
+  }
+  return MeasureSharedMatmulPeak(desc, reps, 1, std::nullopt);
+}
+
+Result<MatmulPeak> MeasureConcurrentMatmulPeak(const GemmDesc& desc, int reps,
+                                               int threads) {
+  return MeasureSharedMatmulPeak(desc, reps, threads, LocalPeakShare());
+}
+
+std::optional<PeakShare> LocalPeakShare() {
+  auto env = runtime::ReadWorkerEnv(runtime::ProcessEnvironment());
+  if (!env.ok() || !env->has_value()) return std::nullopt;
+  const runtime::WorkerEnv& e = **env;
+  const int processes =
+      e.num_slices * static_cast<int>(e.worker_hostnames.size());
+  auto store = dcn::ParseStoreAddress(e.coordinator_address);
+  if (processes <= 1 || !store.ok() ||
+      store->kind != dcn::StoreAddress::Kind::kFile) {
+    return std::nullopt;
+  }
+  PeakShare share;
+  share.dir =
+      store->path + "/peak/" + e.run_id + "/" + std::to_string(e.attempt);
+  share.processes = processes;
+  share.name = "slice" + std::to_string(e.slice_id) + "-worker" +
+               std::to_string(e.worker_id);
+  return share;
+}
+
+Result<MatmulPeak> MeasureSharedMatmulPeak(
+    const GemmDesc& desc, int reps, int threads,
+    const std::optional<PeakShare>& share) {
+  if (reps < 1) {
+    return InvalidArgument("reps: expected at least 1, got " +
+                           std::to_string(reps));
+  }
+  if (threads < 1) {
+    return InvalidArgument("threads: expected at least 1, got " +
+                           std::to_string(threads));
+  }
+  const int per_round = std::max(3, (reps + kPeakRounds - 1) / kPeakRounds);
+  if (!share.has_value() || share->processes <= 1) {
+    return MeasureRounds(desc, kPeakRounds, per_round, threads);
+  }
+  return MeasureOnceForAll(desc, per_round, threads, *share);
 }
 
 std::vector<WorkloadGemm> ShardingsLayerGemms(int64_t embedding_dimension,

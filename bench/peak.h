@@ -5,6 +5,7 @@
 // the peak is measured by the same binary, same dtype, same thread count).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,35 +16,75 @@ namespace multislice::bench {
 
 struct MatmulPeak {
   compute::GemmDesc desc;
-  int threads = 1;  // device threads that ran it at once
-  int reps = 0;     // timed calls per thread
+  int threads = 1;  // device threads that ran it at once (all processes)
+  int reps = 0;     // timed calls per thread, over every round
+  int rounds = 1;   // measurements, each of reps / rounds calls
   // GFLOP/s of one device (10^9 * 2mnk per second of one call on one
-  // thread): the median, min and max over every timed call of every thread.
+  // thread): the best round's median (the median over that round's calls
+  // of every thread), and the min and max over every timed call.
   double median_gflops = 0;
   double min_gflops = 0;
   double max_gflops = 0;
+  std::vector<double> round_gflops;  // each round's median, in order
   // The median over timed calls of (CPU time of the calling thread / wall
   // time): about 1 when each device thread had a core to itself; well below
   // 1 when other processes (or too many device threads) shared the cores, so
   // the rate above understates the device.
   double cpu_share = 0;
   std::string impl;  // oneDNN's implementation, e.g. "brg:avx512_core_bf16"
+  // Worker processes of this job on this machine that the measurement
+  // stood for (1: this process alone), and whether this process ran it
+  // (false: it read another local worker's result).
+  int processes = 1;
+  bool measured_here = true;
 };
 
 // 2 * m * n * k.
 double GemmFlops(const compute::GemmDesc& desc);
 
-// Times `reps` (>= 1) Gemm calls on one new single-threaded thread, after
-// two untimed calls, on buffers it allocates and fills first (so no page
-// faults or primitive creation are timed). kInvalidArgument for a bad desc
-// or reps; kInternal if oneDNN fails.
+// One device alone: Gemm calls on one new single-threaded thread, after two
+// untimed calls, on buffers it allocates and fills first (so no page faults
+// or primitive creation are timed), in rounds as below, never shared.
+// kInvalidArgument for a bad desc or reps; kInternal if oneDNN fails.
 Result<MatmulPeak> MeasureMatmulPeak(const compute::GemmDesc& desc, int reps);
 
-// The same on `threads` (>= 1) threads at once, each single-threaded with its
-// own buffers, every call started together behind a barrier: the per-device
-// rate when that many devices share the host.
+// The start-up peak that train, shardings and `peak` divide by: the rate of
+// one device while every device of the host runs the same matmul at once.
+// `threads` (>= 1) single-threaded threads, each with its own buffers, start
+// every call together behind a barrier; kPeakRounds rounds of
+// max(3, ceil(reps / kPeakRounds)) calls each after two untimed ones, and
+// the best round's median is the peak (a round slowed by a neighbour's
+// burst does not count; one round is too noisy on a shared machine).
+//
+// When this process is a worker whose job has other workers on this
+// machine (a file:// store: the local launcher's slices, or local hosts),
+// they all meet first, then one of them measures with the devices of all
+// of them (threads x processes) and the others read its result, so the
+// peak is the one every device sees when all of them train, whichever
+// worker reports it.
 Result<MatmulPeak> MeasureConcurrentMatmulPeak(const compute::GemmDesc& desc,
                                                int reps, int threads);
+
+inline constexpr int kPeakRounds = 3;
+
+// Where the workers of one job on one machine meet to share a measurement.
+struct PeakShare {
+  std::string dir;           // shared directory (created if missing)
+  int processes = 1;         // workers that meet there
+  std::string name;          // this worker's name, unique among them
+  double wait_seconds = 60;  // for the others to arrive, then go on alone
+};
+
+// The share of this process: set when it is a worker of a job with a
+// file:// store and more than one worker (its directory, under the store's,
+// is keyed by run and attempt); nullopt otherwise.
+std::optional<PeakShare> LocalPeakShare();
+
+// MeasureConcurrentMatmulPeak with an explicit share (tests; nullopt:
+// measure here with `threads` threads).
+Result<MatmulPeak> MeasureSharedMatmulPeak(
+    const compute::GemmDesc& desc, int reps, int threads,
+    const std::optional<PeakShare>& share);
 
 // A matmul of the shardings workload (spec 3.3), named for reports.
 struct WorkloadGemm {

@@ -134,9 +134,9 @@ int RunWorker(const ShardingsFlags& flags, const runtime::WorkerEnv& env) {
   std::unique_ptr<Progress> progress;
   if (printer) progress = std::make_unique<Progress>(ProgressOptions(flags));
   if (progress) {
-    progress->Phase("measuring the matmul peak (2048^3, " +
-                    std::to_string(local_count) +
-                    " device(s) of this worker at once)");
+    progress->Phase(
+        "measuring the matmul peak (2048^3, every device of this host at "
+        "once)");
   }
   // The peak of one device while every device of this host measures its own
   // at once (what a device can do when all of them train), on the shape
@@ -222,10 +222,12 @@ int RunWorker(const ShardingsFlags& flags, const runtime::WorkerEnv& env) {
     std::printf(
         "per device: %.3f TFLOP/s is %.1f%% of the measured %s matmul peak "
         "%.3f TFLOP/s (the better of 2048^3: %.3f and this layer's six "
-        "matmuls: %.3f; %d device(s) per host at once, %s)\n",
+        "matmuls: %.3f; best of 3 rounds with %d device(s) of this host at "
+        "once, %s)\n",
         tflops, 100 * tflops / peak_tflops,
         std::string(Name(flags.config.dtype)).c_str(), peak_tflops,
-        square_peak->median_gflops / 1e3, *layer_peak / 1e3, local_count,
+        square_peak->median_gflops / 1e3, *layer_peak / 1e3,
+        square_peak->threads,
         compute::MatmulRouteName(flags.config.dtype).c_str());
     if (tflops > peak_tflops) {
       // Never a figure above 100 % without saying why it can be.
@@ -269,6 +271,11 @@ int RunWorker(const ShardingsFlags& flags, const runtime::WorkerEnv& env) {
   out["peak_tflops_per_device"] = peak_tflops;
   out["square_peak_tflops_per_device"] = square_peak->median_gflops / 1e3;
   out["layer_peak_tflops_per_device"] = *layer_peak / 1e3;
+  out["peak_devices_at_once"] = square_peak->threads;
+  out["square_peak_rounds_tflops"] = nlohmann::json::array();
+  for (double g : square_peak->round_gflops) {
+    out["square_peak_rounds_tflops"].push_back(g / 1e3);
+  }
   out["utilization"] = tflops / peak_tflops;
   out["platform"] = PlatformJson(flags.config.dtype);
   out["isa"] = out["platform"]["isa"];
