@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs, with apt, the Debian 12 packages multislice needs to build, test
 # and run, skipping those already installed. Safe to run again.
-#   --peer  also the PyTorch peer of the benchmarks (bench/compare_shardings.sh):
-#           python3-torch, and OpenBLAS for its f32 matmuls
+#   --peer  also OpenBLAS, for the f32 matmuls of the benchmarks' PyTorch
+#           peer (bench/compare_shardings.sh)
 set -euo pipefail
 
 packages=(
@@ -17,10 +17,11 @@ packages=(
   fortunes                           # the default training corpus
   openmpi-bin libopenmpi-dev         # the mpi-flat benchmark baseline
   chromium chromium-driver           # the console's browser test (headless)
+  python3-torch                      # torch_ddp_test (DDP over 2 slices)
 )
 
 if [ "${1:-}" = "--peer" ]; then
-  packages+=(python3-torch libopenblas0-pthread)
+  packages+=(libopenblas0-pthread)
 fi
 
 missing=()
