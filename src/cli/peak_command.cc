@@ -80,9 +80,10 @@ std::string Rate(const bench::MatmulPeak& p) {
 }
 
 nlohmann::json RateJson(const bench::MatmulPeak& p) {
-  return {{"devices", p.threads},       {"median_gflops", p.median_gflops},
-          {"min_gflops", p.min_gflops}, {"max_gflops", p.max_gflops},
-          {"cpu_share", p.cpu_share},   {"reps", p.reps}};
+  return {{"devices", p.threads},          {"median_gflops", p.median_gflops},
+          {"min_gflops", p.min_gflops},    {"max_gflops", p.max_gflops},
+          {"cpu_share", p.cpu_share},      {"reps", p.reps},
+          {"round_gflops", p.round_gflops}};
 }
 
 // The rows to measure, in print order, for the dtypes asked for.
@@ -197,9 +198,10 @@ int RunPeak(const PeakFlags& flags) {
     std::printf("oneDNN  %s, ISA %s\n\n", compute::DnnlVersion().c_str(),
                 compute::DnnlIsaName());
     std::printf(
-        "matmul GFLOP/s per device: median [min, max] of %d calls; cpu = the "
-        "device thread's CPU share (1.00: it had a core to itself)\n",
-        flags.reps);
+        "matmul GFLOP/s per device: the best of %d rounds' medians [min, max "
+        "of every call]; cpu = the device thread's CPU share (1.00: it had a "
+        "core to itself)\n",
+        bench::kPeakRounds);
     std::printf("%-22s %-24s %-18s %-34s %d devices at once\n", "matmul",
                 "m x n x k", "types", "1 device", devices);
   }
