@@ -1,210 +1,23 @@
-// gcloud's --format and --filter (see gcloud_format.h): key paths and
-// transforms, the printers, and the filter expression parser.
+// gcloud's --format (see gcloud_format.h): the yaml printer, the format
+// parser and the list and describe printers. Key paths are gcloud_keys.h's,
+// filters gcloud_filter.cc's.
 #include "cli/gcloud_format.h"
 
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
-#include <cstring>
-#include <optional>
 #include <regex>
 
+#include "cli/gcloud_keys.h"
+
 namespace multislice::cli {
-namespace {
 
+using gcloud_keys::Cell;
+using gcloud_keys::Key;
+using gcloud_keys::ParseKey;
+using gcloud_keys::Resolve;
+using gcloud_keys::Trim;
+using gcloud_keys::Unquote;
 using nlohmann::json;
-
-// ----- keys -----
-
-struct Segment {
-  std::string name;          // empty: the indices apply to the value itself
-  std::vector<int> indices;  // [i] after the name; negative from the end
-};
-
-struct Key {
-  std::vector<Segment> segments;
-  std::string transform;  // "", "basename", "segment", "len"
-  int argument = -1;      // segment's index
-};
-
-std::string Lower(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) c = static_cast<char>(std::tolower((unsigned char)c));
-  return out;
-}
-
-std::string Trim(std::string_view text) {
-  size_t b = text.find_first_not_of(" \t\n");
-  if (b == std::string_view::npos) return "";
-  size_t e = text.find_last_not_of(" \t\n");
-  return std::string(text.substr(b, e - b + 1));
-}
-
-std::optional<int> ParseIndex(std::string_view text) {
-  static const std::regex kInt(R"(^-?[0-9]{1,6}$)");
-  const std::string s(text);
-  if (!std::regex_match(s, kInt)) return std::nullopt;
-  return std::atoi(s.c_str());
-}
-
-Result<Segment> ParseSegment(std::string_view text, std::string_view key) {
-  static const std::regex kSegment(
-      R"(^([A-Za-z_][A-Za-z0-9_-]*)?((\[-?[0-9]+\])*)$)");
-  const std::string s(text);
-  std::smatch m;
-  if (s.empty() || !std::regex_match(s, m, kSegment)) {
-    return InvalidArgument("'" + std::string(key) +
-                           "' is not a key such as state.state or "
-                           "tpu.nodeSpec[0].node.acceleratorType");
-  }
-  Segment segment{m[1], {}};
-  const std::string brackets = m[2];
-  for (size_t at = 0; at < brackets.size();) {
-    const size_t end = brackets.find(']', at);
-    segment.indices.push_back(
-        *ParseIndex(std::string_view(brackets).substr(at + 1, end - at - 1)));
-    at = end + 1;
-  }
-  return segment;
-}
-
-Result<Key> ParseKey(std::string_view text, const KeyAliases& aliases) {
-  std::string key = Trim(text);
-  if (auto alias = aliases.find(key); alias != aliases.end()) {
-    key = alias->second;
-  }
-  Key out;
-  std::vector<std::string> parts;
-  for (size_t at = 0;;) {
-    const size_t dot = key.find('.', at);
-    parts.push_back(key.substr(at, dot - at));
-    if (dot == std::string::npos) break;
-    at = dot + 1;
-  }
-  static const std::regex kCall(R"(^([a-z]+)\((-?[0-9]*)\)$)");
-  std::smatch m;
-  if (parts.size() > 1 && std::regex_match(parts.back(), m, kCall)) {
-    out.transform = m[1];
-    const std::string arg = m[2];
-    const bool takes_arg = out.transform == "segment";
-    if (out.transform != "basename" && out.transform != "len" && !takes_arg) {
-      return InvalidArgument("'" + key + "': unknown transform '" +
-                             out.transform +
-                             "()': expected basename(), segment(I) or len()");
-    }
-    if (!takes_arg && !arg.empty()) {
-      return InvalidArgument("'" + key + "': " + out.transform +
-                             "() takes no argument");
-    }
-    out.argument = arg.empty() ? -1 : *ParseIndex(arg);
-    parts.pop_back();
-  }
-  for (const std::string& part : parts) {
-    ASSIGN_OR_RETURN(Segment s, ParseSegment(part, key));
-    out.segments.push_back(std::move(s));
-  }
-  return out;
-}
-
-// "accelerator_type" -> "acceleratorType".
-std::string CamelCase(std::string_view name) {
-  std::string out;
-  bool upper = false;
-  for (char c : name) {
-    if (c == '_') {
-      upper = true;
-    } else {
-      out += upper ? static_cast<char>(std::toupper((unsigned char)c)) : c;
-      upper = false;
-    }
-  }
-  return out;
-}
-
-const json* Member(const json& object, const std::string& name) {
-  if (auto it = object.find(name); it != object.end()) return &*it;
-  if (auto it = object.find(CamelCase(name)); it != object.end()) return &*it;
-  const std::string lower = Lower(CamelCase(name));
-  for (auto it = object.begin(); it != object.end(); ++it) {
-    if (Lower(it.key()) == lower) return &*it;
-  }
-  return nullptr;
-}
-
-json Walk(const json& value, const std::vector<Segment>& segments, size_t i) {
-  if (i == segments.size()) return value;
-  const Segment& s = segments[i];
-  if (value.is_array() && !s.name.empty()) {
-    json out = json::array();
-    for (const json& item : value) {
-      json v = Walk(item, segments, i);
-      if (!v.is_null()) out.push_back(std::move(v));
-    }
-    return out;
-  }
-  const json* current = &value;
-  if (!s.name.empty()) {
-    if (!value.is_object()) return nullptr;
-    current = Member(value, s.name);
-    if (current == nullptr) return nullptr;
-  }
-  for (int index : s.indices) {
-    if (!current->is_array()) return nullptr;
-    const long size = static_cast<long>(current->size());
-    const long at = index < 0 ? size + index : index;
-    if (at < 0 || at >= size) return nullptr;
-    current = &(*current)[static_cast<size_t>(at)];
-  }
-  return Walk(*current, segments, i + 1);
-}
-
-json ApplyTransform(const json& value, const Key& key) {
-  if (key.transform == "len") {
-    if (value.is_array() || value.is_object()) return value.size();
-    if (value.is_string()) return value.get_ref<const std::string&>().size();
-    return 0;
-  }
-  if (value.is_array()) {
-    json out = json::array();
-    for (const json& item : value) out.push_back(ApplyTransform(item, key));
-    return out;
-  }
-  if (!value.is_string()) return value;
-  const std::string& text = value.get_ref<const std::string&>();
-  if (key.transform == "basename") return text.substr(text.rfind('/') + 1);
-  std::vector<std::string> parts;
-  for (size_t at = 0;;) {
-    const size_t slash = text.find('/', at);
-    parts.push_back(text.substr(at, slash - at));
-    if (slash == std::string::npos) break;
-    at = slash + 1;
-  }
-  const long n = static_cast<long>(parts.size());
-  const long at = key.argument < 0 ? n + key.argument : key.argument;
-  return at >= 0 && at < n ? json(parts[static_cast<size_t>(at)]) : json();
-}
-
-json Resolve(const json& resource, const Key& key) {
-  json value = Walk(resource, key.segments, 0);
-  return key.transform.empty() ? value : ApplyTransform(value, key);
-}
-
-// A cell of a table, value or csv row.
-std::string Cell(const json& value, const char* list_separator) {
-  if (value.is_null()) return "";
-  if (value.is_string()) return value.get<std::string>();
-  if (value.is_boolean()) return value.get<bool>() ? "True" : "False";
-  if (value.is_array()) {
-    std::string out;
-    for (const json& item : value) {
-      out += (out.empty() ? "" : list_separator) + Cell(item, list_separator);
-    }
-    return out;
-  }
-  return value.dump();
-}
-
-}  // namespace
 
 json ValueOfKey(const json& resource, std::string_view key,
                 const KeyAliases& aliases) {
@@ -393,14 +206,6 @@ std::vector<std::string> SplitTopLevel(std::string_view text) {
   }
   if (!Trim(current).empty() || !out.empty()) out.push_back(Trim(current));
   return out;
-}
-
-std::string Unquote(const std::string& text) {
-  if (text.size() >= 2 && (text[0] == '"' || text[0] == '\'') &&
-      text.back() == text[0]) {
-    return text.substr(1, text.size() - 2);
-  }
-  return text;
 }
 
 Status FormatError(std::string_view text, const std::string& why) {
@@ -594,10 +399,50 @@ std::string Flattened(const json& resource) {
 
 }  // namespace
 
+namespace {
+
+// The cells of a table (headings from ColumnHeading) or csv (headings the
+// keys as written), the heading row first unless [no-heading].
+Rows RowsWithHeading(const OutputFormat& format, const json& resources,
+                     const KeyAliases& aliases, bool csv) {
+  Rows rows = CellRows(format, resources, aliases, csv ? ";" : ",");
+  if (format.no_heading) return rows;
+  std::vector<std::string> heading;
+  for (const FormatColumn& c : format.columns) {
+    heading.push_back(csv ? (c.label.empty() ? c.key : c.label)
+                          : ColumnHeading(c));
+  }
+  rows.insert(rows.begin(), heading);
+  return rows;
+}
+
+std::string JoinedRows(const Rows& rows, const char* separator, bool csv) {
+  std::string out;
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < row.size(); ++i) {
+      out += (i ? separator : "") + (csv ? CsvField(row[i]) : row[i]);
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+// One document per resource, each after "---", as gcloud lists them.
+std::string Documents(const OutputFormat& format, const json& resources,
+                      const KeyAliases& aliases,
+                      std::string (*print)(const json&)) {
+  std::string out;
+  for (const json& r : resources) {
+    out += "---\n" + print(Projected(format, r, aliases));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string FormatList(const OutputFormat& format, const json& resources,
                        const KeyAliases& aliases) {
   using K = OutputFormat::Kind;
-  std::string out;
   switch (format.kind) {
     case K::kNone:
       return "";
@@ -609,57 +454,20 @@ std::string FormatList(const OutputFormat& format, const json& resources,
       return all.dump(2) + "\n";
     }
     case K::kYaml:
-      for (const json& r : resources) {
-        out += "---\n" + ToYaml(Projected(format, r, aliases));
-      }
-      return out;
+      return Documents(format, resources, aliases, ToYaml);
     case K::kFlattened:
-      for (const json& r : resources) {
-        out += "---\n" + Flattened(Projected(format, r, aliases));
-      }
-      return out;
-    case K::kTable: {
+      return Documents(format, resources, aliases, Flattened);
+    case K::kTable:
       if (resources.empty()) return "";
-      Rows rows = CellRows(format, resources, aliases, ",");
-      if (!format.no_heading) {
-        std::vector<std::string> heading;
-        for (const FormatColumn& c : format.columns) {
-          heading.push_back(ColumnHeading(c));
-        }
-        rows.insert(rows.begin(), heading);
-      }
-      return Table(rows);
-    }
+      return Table(RowsWithHeading(format, resources, aliases, false));
     case K::kValue:
-      for (const auto& row : CellRows(format, resources, aliases, ";")) {
-        std::string line;
-        for (size_t i = 0; i < row.size(); ++i) {
-          line += (i ? "\t" : "") + row[i];
-        }
-        out += line + "\n";
-      }
-      return out;
-    case K::kCsv: {
+      return JoinedRows(CellRows(format, resources, aliases, ";"), "\t", false);
+    case K::kCsv:
       if (resources.empty()) return "";
-      Rows rows = CellRows(format, resources, aliases, ";");
-      if (!format.no_heading) {
-        std::vector<std::string> heading;
-        for (const FormatColumn& c : format.columns) {
-          heading.push_back(c.label.empty() ? c.key : c.label);
-        }
-        rows.insert(rows.begin(), heading);
-      }
-      for (const auto& row : rows) {
-        std::string line;
-        for (size_t i = 0; i < row.size(); ++i) {
-          line += (i ? "," : "") + CsvField(row[i]);
-        }
-        out += line + "\n";
-      }
-      return out;
-    }
+      return JoinedRows(RowsWithHeading(format, resources, aliases, true), ",",
+                        true);
   }
-  return out;
+  return "";
 }
 
 std::string FormatOne(const OutputFormat& format, const json& resource,
@@ -675,318 +483,6 @@ std::string FormatOne(const OutputFormat& format, const json& resource,
     default:
       return FormatList(format, json::array({resource}), aliases);
   }
-}
-
-// ----- filters -----
-
-namespace {
-
-using Predicate = std::function<bool(const json&)>;
-
-bool Glob(std::string_view pattern, std::string_view text) {
-  size_t p = 0, t = 0, star = std::string_view::npos, mark = 0;
-  while (t < text.size()) {
-    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
-      ++p;
-      ++t;
-    } else if (p < pattern.size() && pattern[p] == '*') {
-      star = p++;
-      mark = t;
-    } else if (star != std::string_view::npos) {
-      p = star + 1;
-      t = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
-}
-
-void Leaves(const json& v, std::vector<std::string>& out) {
-  if (v.is_object() || v.is_array()) {
-    for (const json& item : v) Leaves(item, out);
-  } else if (!v.is_null()) {
-    out.push_back(Cell(v, ","));
-  }
-}
-
-// `:` and bare words: case-insensitive substring, or glob with '*'.
-bool Has(const std::string& value, const std::string& pattern) {
-  const std::string v = Lower(value), p = Lower(pattern);
-  if (p.find('*') == std::string::npos) return v.find(p) != std::string::npos;
-  return Glob(p, v);
-}
-
-bool Equals(const std::string& value, const std::string& expected) {
-  const std::string base = value.substr(value.rfind('/') + 1);
-  if (expected.find('*') != std::string::npos) {
-    return Glob(expected, value) || Glob(expected, base);
-  }
-  return value == expected || base == expected;
-}
-
-bool Compare(const std::string& value, const std::string& op,
-             const std::string& expected) {
-  char* end_v = nullptr;
-  char* end_e = nullptr;
-  const double v = std::strtod(value.c_str(), &end_v);
-  const double e = std::strtod(expected.c_str(), &end_e);
-  const bool numeric =
-      !value.empty() && !expected.empty() && *end_v == 0 && *end_e == 0;
-  const int c = numeric ? (v < e   ? -1
-                           : v > e ? 1
-                                   : 0)
-                        : value.compare(expected);
-  if (op == "<") return c < 0;
-  if (op == "<=") return c <= 0;
-  if (op == ">") return c > 0;
-  return c >= 0;
-}
-
-Status FilterError(const std::string& term, const std::string& why) {
-  return InvalidArgument("--filter: '" + term + "' " + why);
-}
-
-Result<Predicate> TermPredicate(const std::string& term,
-                                const KeyAliases& aliases,
-                                std::set<std::string>& keys) {
-  static const char* kOps[] = {"!=", "!~", "<=", ">=", "=", "~", ":", "<", ">"};
-  size_t at = std::string::npos;
-  std::string op;
-  char quote = 0;
-  for (size_t i = 0; i < term.size() && op.empty(); ++i) {
-    if (quote) {
-      if (term[i] == quote) quote = 0;
-      continue;
-    }
-    if (term[i] == '"' || term[i] == '\'') {
-      quote = term[i];
-      continue;
-    }
-    for (const char* candidate : kOps) {
-      if (term.compare(i, std::strlen(candidate), candidate) == 0) {
-        at = i;
-        op = candidate;
-        break;
-      }
-    }
-  }
-  if (op.empty()) {  // a bare word: any value of the resource
-    const std::string word = Unquote(term);
-    return Predicate([word](const json& r) {
-      std::vector<std::string> leaves;
-      Leaves(r, leaves);
-      return std::any_of(leaves.begin(), leaves.end(),
-                         [&](const std::string& v) { return Has(v, word); });
-    });
-  }
-  const std::string key_text = term.substr(0, at);
-  const std::string value = Unquote(term.substr(at + op.size()));
-  Result<Key> key = ParseKey(key_text, aliases);
-  if (key_text.empty() || !key.ok()) {
-    return FilterError(term,
-                       "does not start with a key such as name or "
-                       "state.state");
-  }
-  if (value.empty()) {
-    return FilterError(term, "has no value after '" + op + "'");
-  }
-  keys.insert(Trim(key_text));
-  std::optional<std::regex> regex;
-  if (op == "~" || op == "!~") {
-    try {
-      regex.emplace(value);
-    } catch (const std::regex_error&) {
-      return FilterError(
-          term, "has '" + value + "', which is not a regular expression");
-    }
-  }
-  return Predicate([key = *key, op, value, regex](const json& r) {
-    const json v = Resolve(r, key);
-    std::vector<std::string> leaves;
-    Leaves(v, leaves);
-    auto any = [&](const std::function<bool(const std::string&)>& f) {
-      return std::any_of(leaves.begin(), leaves.end(), f);
-    };
-    if (op == "=") return any([&](auto& s) { return Equals(s, value); });
-    if (op == "!=") return !any([&](auto& s) { return Equals(s, value); });
-    if (op == "~")
-      return any([&](auto& s) { return std::regex_search(s, *regex); });
-    if (op == "!~")
-      return !any([&](auto& s) { return std::regex_search(s, *regex); });
-    if (op == ":") {
-      if (value == "*") return any([](auto& s) { return !s.empty(); });
-      return any([&](auto& s) { return Has(s, value); });
-    }
-    return any([&](auto& s) { return Compare(s, op, value); });
-  });
-}
-
-// Words and parentheses; a parenthesis right after a name (a transform's
-// call) and quoted text stay inside the word.
-Result<std::vector<std::string>> Tokens(std::string_view text) {
-  std::vector<std::string> tokens;
-  size_t i = 0;
-  while (i < text.size()) {
-    const char c = text[i];
-    if (std::isspace((unsigned char)c)) {
-      ++i;
-    } else if (c == '(' || c == ')') {
-      tokens.emplace_back(1, c);
-      ++i;
-    } else {
-      std::string word;
-      int depth = 0;
-      while (i < text.size()) {
-        const char d = text[i];
-        if (d == '"' || d == '\'') {
-          const size_t end = text.find(d, i + 1);
-          if (end == std::string_view::npos) {
-            return InvalidArgument("--filter: '" + std::string(text) +
-                                   "' has an unclosed quote");
-          }
-          word += text.substr(i, end - i + 1);
-          i = end + 1;
-          continue;
-        }
-        if (std::isspace((unsigned char)d)) break;
-        if (d == '(' && !word.empty() &&
-            std::isalpha((unsigned char)word.back())) {
-          ++depth;
-        } else if (d == '(') {
-          break;
-        } else if (d == ')' && depth == 0) {
-          break;
-        } else if (d == ')') {
-          --depth;
-        }
-        word += d;
-        ++i;
-      }
-      tokens.push_back(word);
-    }
-  }
-  return tokens;
-}
-
-class FilterParser {
- public:
-  FilterParser(std::vector<std::string> tokens, const KeyAliases& aliases,
-               std::string text)
-      : tokens_(std::move(tokens)), aliases_(aliases), text_(std::move(text)) {}
-
-  Result<Predicate> Parse(std::set<std::string>& keys) {
-    keys_ = &keys;
-    ASSIGN_OR_RETURN(Predicate p, Or());
-    if (at_ < tokens_.size()) {
-      return FilterError(text_, "has an unexpected '" + tokens_[at_] + "'");
-    }
-    return p;
-  }
-
- private:
-  bool Peek(const char* word) const {
-    return at_ < tokens_.size() && tokens_[at_] == word;
-  }
-
-  Result<Predicate> Or() {
-    ASSIGN_OR_RETURN(Predicate left, And());
-    while (Peek("OR")) {
-      ++at_;
-      ASSIGN_OR_RETURN(Predicate right, And());
-      left = [l = left, r = right](const json& x) { return l(x) || r(x); };
-    }
-    return left;
-  }
-
-  Result<Predicate> And() {
-    ASSIGN_OR_RETURN(Predicate left, Unary());
-    while (at_ < tokens_.size() && !Peek("OR") && !Peek(")")) {
-      if (Peek("AND")) ++at_;
-      ASSIGN_OR_RETURN(Predicate right, Unary());
-      left = [l = left, r = right](const json& x) { return l(x) && r(x); };
-    }
-    return left;
-  }
-
-  Result<Predicate> Unary() {
-    if (at_ >= tokens_.size()) {
-      return FilterError(text_, "ends where a term was expected");
-    }
-    std::string token = tokens_[at_];
-    if (token == "NOT" || (token.size() > 1 && token[0] == '-')) {
-      if (token == "NOT") {
-        ++at_;
-      } else {
-        tokens_[at_] = token.substr(1);
-      }
-      ASSIGN_OR_RETURN(Predicate p, Unary());
-      return Predicate([p](const json& x) { return !p(x); });
-    }
-    ++at_;
-    if (token == "(") {
-      ASSIGN_OR_RETURN(Predicate p, Or());
-      if (!Peek(")")) return FilterError(text_, "has an unclosed '('");
-      ++at_;
-      return p;
-    }
-    if (token == ")" || token == "AND" || token == "OR") {
-      return FilterError(text_,
-                         "has '" + token + "' where a term was expected");
-    }
-    return TermPredicate(token, aliases_, *keys_);
-  }
-
-  std::vector<std::string> tokens_;
-  const KeyAliases& aliases_;
-  std::string text_;
-  size_t at_ = 0;
-  std::set<std::string>* keys_ = nullptr;
-};
-
-}  // namespace
-
-Result<ResourceFilter> ParseFilter(std::string_view text,
-                                   const KeyAliases& aliases) {
-  ResourceFilter filter;
-  if (Trim(text).empty()) {
-    filter.matches = [](const json&) { return true; };
-    return filter;
-  }
-  ASSIGN_OR_RETURN(std::vector<std::string> tokens, Tokens(text));
-  FilterParser parser(std::move(tokens), aliases, std::string(text));
-  ASSIGN_OR_RETURN(filter.matches, parser.Parse(filter.keys));
-  return filter;
-}
-
-Status CheckFilterKeys(const ResourceFilter& filter, const json& resources,
-                       const KeyAliases& aliases,
-                       const std::set<std::string>& known) {
-  if (resources.empty()) return OkStatus();
-  for (const std::string& key : filter.keys) {
-    const std::string first = key.substr(0, key.find_first_of(".["));
-    if (aliases.count(key) || aliases.count(first) || known.count(first)) {
-      continue;
-    }
-    const bool present =
-        std::any_of(resources.begin(), resources.end(), [&](const json& r) {
-          return r.is_object() && Member(r, first) != nullptr;
-        });
-    if (present) continue;
-    std::set<std::string> names(known);
-    for (const auto& [alias, target] : aliases) names.insert(alias);
-    for (const json& r : resources) {
-      for (auto it = r.begin(); r.is_object() && it != r.end(); ++it) {
-        names.insert(it.key());
-      }
-    }
-    std::string list;
-    for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
-    return InvalidArgument("--filter: unknown key '" + first +
-                           "': expected one of " + list);
-  }
-  return OkStatus();
 }
 
 }  // namespace multislice::cli
