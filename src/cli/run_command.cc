@@ -62,6 +62,7 @@ Result<control::RunOptions> Options(const CLI::App* cmd, const RunFlags& f) {
   control::RunOptions options;
   options.queued_resource = f.queued_resource;
   options.tpu_prefix = f.tpu_prefix;
+  options.tpu_prefix_flag = prefix;
   options.project = f.project;
   options.zone = f.zone.empty() ? "-" : f.zone;
   options.command = f.command;

@@ -152,8 +152,15 @@ class Runner {
                      ApiClient::Create(options_.controller_url, options_.token,
                                        options_.http_timeout));
     if (options_.queued_resource.empty()) {
-      return FindQueuedResourceByPrefix(controller, options_.project,
-                                        options_.tpu_prefix, options_.zone);
+      Result<std::string> found = FindQueuedResourceByPrefix(
+          controller, options_.project, options_.tpu_prefix, options_.zone);
+      const std::string flag = "--tpu_prefix";
+      if (!found.ok() && found.status().message().rfind(flag, 0) == 0) {
+        return Status(found.status().code(),
+                      options_.tpu_prefix_flag +
+                          found.status().message().substr(flag.size()));
+      }
+      return found;
     }
     if (options_.zone != "-") {  // the id must be in that zone
       ASSIGN_OR_RETURN(

@@ -56,8 +56,10 @@ struct RunOptions {
   std::string zone = "-";
   std::string command;  // run as `bash -c command` on each worker
   std::string script_dir = ".";
-  std::string script_dir_flag = "--script_dir";  // as typed, for messages
-  std::string run_name;                          // ValidRunName
+  // The flags as typed, for messages (MaxText spells them --SCRIPT_DIR...).
+  std::string script_dir_flag = "--script_dir";
+  std::string tpu_prefix_flag = "--tpu_prefix";
+  std::string run_name;  // ValidRunName
   bool use_existing_folder = false;
   // <output_dir>/<run_name>/ gets the output files (and pack.h's marker,
   // so that it is never packed).
