@@ -197,8 +197,8 @@ Status ApplyExtraArgs(const std::string& flag, JobFlags& f) {
   return OkStatus();
 }
 
-// The checks of the flags, each naming the flag as typed.
-Status Validate(const CLI::App* cmd, JobFlags& f) {
+// The required flags and where the job goes, each named as typed.
+Status ValidateWhat(const CLI::App* cmd, const JobFlags& f) {
   if (f.command.empty()) {
     return InvalidArgument(Spelled(cmd, "command", "COMMAND") +
                            ": expected the command to run on every worker");
@@ -214,6 +214,28 @@ Status Validate(const CLI::App* cmd, JobFlags& f) {
                            "' is a URL; expected a directory every host can "
                            "read");
   }
+  if (!std::filesystem::is_directory(f.script_dir)) {
+    return InvalidArgument(Spelled(cmd, "script_dir", "SCRIPT_DIR") + ": '" +
+                           f.script_dir + "' is not a directory");
+  }
+  const std::string run_flag = Spelled(cmd, "run_name", "RUN_NAME");
+  if (f.run_name.find('/') != std::string::npos || f.run_name == "." ||
+      f.run_name == "..") {
+    return InvalidArgument(run_flag + ": '" + f.run_name +
+                           "' must be a plain name, without '/'");
+  }
+  if (f.bucket_dir.find("..") != std::string::npos ||
+      (!f.bucket_dir.empty() && f.bucket_dir[0] == '/')) {
+    return InvalidArgument(Spelled(cmd, "bucket_dir", "BUCKET_DIR") + ": '" +
+                           f.bucket_dir + "' must be a relative path inside " +
+                           output + ", without '..'");
+  }
+  return OkStatus();
+}
+
+// The shape of the queued resource and the job's bounds.
+Status Validate(const CLI::App* cmd, JobFlags& f) {
+  RETURN_IF_ERROR(ValidateWhat(cmd, f));
   const std::string type_flag = Spelled(cmd, "accelerator_type", "TPU_TYPE");
   if (f.accelerator_type.empty()) {
     return InvalidArgument(type_flag +
@@ -243,22 +265,6 @@ Status Validate(const CLI::App* cmd, JobFlags& f) {
   if (f.reserved + f.spot + f.best_effort > 1) {
     return InvalidArgument(
         "--reserved: give at most one of --reserved, --spot, --best_effort");
-  }
-  if (!std::filesystem::is_directory(f.script_dir)) {
-    return InvalidArgument(Spelled(cmd, "script_dir", "SCRIPT_DIR") + ": '" +
-                           f.script_dir + "' is not a directory");
-  }
-  const std::string run_flag = Spelled(cmd, "run_name", "RUN_NAME");
-  if (f.run_name.find('/') != std::string::npos || f.run_name == "." ||
-      f.run_name == "..") {
-    return InvalidArgument(run_flag + ": '" + f.run_name +
-                           "' must be a plain name, without '/'");
-  }
-  if (f.bucket_dir.find("..") != std::string::npos ||
-      (!f.bucket_dir.empty() && f.bucket_dir[0] == '/')) {
-    return InvalidArgument(Spelled(cmd, "bucket_dir", "BUCKET_DIR") + ": '" +
-                           f.bucket_dir + "' must be a relative path inside " +
-                           output + ", without '..'");
   }
   return OkStatus();
 }
