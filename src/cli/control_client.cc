@@ -2,8 +2,11 @@
 // control_client.h).
 #include "cli/control_client.h"
 
+#include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdlib>
+#include <optional>
 #include <regex>
 #include <utility>
 #include <vector>
@@ -66,6 +69,27 @@ void AddLocationFlags(CLI::App* cmd, std::string* project, std::string* zone) {
   AddStringFlag(cmd, "zone", zone,
                 "Zone of the resource ($CLOUDSDK_COMPUTE_ZONE, else "
                 "local-a).");
+}
+
+CLI::Option* AddDashedIntFlag(CLI::App* cmd, const std::string& underscore_name,
+                              int* target, const std::string& description) {
+  std::string flag = "--" + underscore_name;
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return cmd
+      ->add_option_function<std::string>(
+          FlagNames(underscore_name),
+          [flag, target](const std::string& text) {
+            const std::optional<long long> value = ParseInteger(text);
+            if (!value || *value < INT_MIN || *value > INT_MAX) {
+              throw CLI::ValidationError(flag,
+                                         "'" + text + "' is not an integer");
+            }
+            *target = static_cast<int>(*value);
+          },
+          description)
+      ->type_name("INT")
+      ->default_str(std::to_string(*target))
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 }
 
 void AddQuietFlag(CLI::App* cmd, bool* quiet) {

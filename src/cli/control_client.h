@@ -36,6 +36,11 @@ Result<control::ApiClient> MakeControllerClient(const ControllerFlags& flags);
 // "local-a" (the controller's defaults).
 void AddLocationFlags(CLI::App* cmd, std::string* project, std::string* zone);
 
+// AddIntFlag (flags.h) for gcloud-shaped commands: a bad value is named by
+// the dashed spelling users type, "--node-count: 'abc' is not an integer".
+CLI::Option* AddDashedIntFlag(CLI::App* cmd, const std::string& underscore_name,
+                              int* target, const std::string& description);
+
 // Adds gcloud's global --quiet / -q. Nothing here prompts, so it changes
 // nothing; it is accepted so that pasted gcloud lines run.
 void AddQuietFlag(CLI::App* cmd, bool* quiet);

@@ -456,8 +456,8 @@ void AddLocationFlags(CLI::App* cmd, QrFlags* f) {
 void AddWaitFlags(CLI::App* cmd, QrFlags* f) {
   AddBoolFlag(cmd, "async", &f->async,
               "Return once the request is accepted, without waiting.");
-  AddIntFlag(cmd, "wait_timeout", &f->wait_seconds,
-             "Seconds to wait for the final state.")
+  AddDashedIntFlag(cmd, "wait_timeout", &f->wait_seconds,
+                   "Seconds to wait for the final state.")
       ->capture_default_str();
 }
 
@@ -498,8 +498,8 @@ void AddQueuedResourcesCommand(CLI::App& root, CommandTable& table) {
                   "Runtime version (recorded).")
         ->capture_default_str();
     AddStringFlag(create, "node_id", &f->node_id, "One slice with this id.");
-    AddIntFlag(create, "node_count", &f->node_count,
-               "Number of slices, 2 to 256.");
+    AddDashedIntFlag(create, "node_count", &f->node_count,
+                     "Number of slices, 2 to 256.");
     AddStringFlag(create, "node_prefix", &f->node_prefix,
                   "Prefix of the slices' ids (default: the QR id).");
     AddBoolFlag(create, "reserved", &f->reserved, "Use reserved capacity.");
@@ -605,8 +605,8 @@ void AddQueuedResourcesCommand(CLI::App& root, CommandTable& table) {
       "hold quota until deleted, and waits until they are gone.\nExample:\n"
       "  multislice queued-resources cleanup --zone us-central2-b");
   AddLocationFlags(cleanup, cleanup_flags.get());
-  AddIntFlag(cleanup, "wait_timeout", &cleanup_flags->wait_seconds,
-             "Seconds to wait for each deletion.")
+  AddDashedIntFlag(cleanup, "wait_timeout", &cleanup_flags->wait_seconds,
+                   "Seconds to wait for each deletion.")
       ->capture_default_str();
   table[cleanup] = [cleanup_flags] { return RunCleanup(*cleanup_flags); };
 

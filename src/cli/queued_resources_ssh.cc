@@ -123,12 +123,12 @@ void AddQueuedResourcesSshCommand(CLI::App& queued_resources,
   AddStringFlag(cmd, "command", &flags->command,
                 "The shell command to run on each worker.")
       ->required();
-  AddIntFlag(cmd, "batch_size", &flags->batch_size,
-             "Workers running at once; 0: all.")
+  AddDashedIntFlag(cmd, "batch_size", &flags->batch_size,
+                   "Workers running at once; 0: all.")
       ->capture_default_str();
-  AddIntFlag(cmd, "batch_wait", &flags->batch_wait_seconds,
-             "Seconds without a worker finishing after which all waiting "
-             "workers start (see above).")
+  AddDashedIntFlag(cmd, "batch_wait", &flags->batch_wait_seconds,
+                   "Seconds without a worker finishing after which all waiting "
+                   "workers start (see above).")
       ->capture_default_str();
   AddControllerFlags(cmd, &flags->controller);
   AddLocationFlags(cmd, &flags->project, &flags->zone);

@@ -448,8 +448,8 @@ void AddSsh(CLI::App* tpu_vm, CommandTable& table) {
       ->capture_default_str();
   AddStringFlag(ssh, "command", &flags->command,
                 "The shell command to run on each worker.");
-  AddIntFlag(ssh, "batch_size", &flags->batch_size,
-             "Workers running at once; 0: all.")
+  AddDashedIntFlag(ssh, "batch_size", &flags->batch_size,
+                   "Workers running at once; 0: all.")
       ->capture_default_str();
   table[ssh] = [flags] { return RunSsh(*flags); };
 }

@@ -252,6 +252,15 @@ TEST(QueuedResourcesCliTest, CreateListDescribeResetDelete) {
       true);
   EXPECT_EQ(one.code, 2);
   EXPECT_NE(one.out.find("--node-count: 1 "), std::string::npos) << one.out;
+  CommandRun word = Multislice(
+      "queued-resources create bad --accelerator-type cpu-2 --node-count abc",
+      true);
+  EXPECT_EQ(word.code, 2);
+  EXPECT_EQ(word.out.rfind("multislice queued-resources create: "
+                           "--node-count: 'abc' is not an integer",
+                           0),
+            0u)
+      << word.out;
   // Cloud TPU's name rule, checked before any call: one sentence, exit 2.
   const std::string rule =
       " is not a valid name: use 1 to 63 lower-case letters, digits and "
