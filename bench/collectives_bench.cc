@@ -397,8 +397,10 @@ class Reporter {
       baseline_notes_[name] = note;
       return;
     }
-    std::printf("#\n# all_reduce, baseline %s: %s (rows commented)\n",
-                name.c_str(), note.c_str());
+    const bool skipped = note.rfind("skipped", 0) == 0;
+    std::printf("#\n# all_reduce, baseline %s: %s%s\n", name.c_str(),
+                note.c_str(), skipped ? "" : " (rows commented)");
+    if (skipped) return;
     std::printf(
         "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %10s %10s %7s\n",
         "size", "count", "type", "redop", "root", "time", "algbw", "busbw",
