@@ -2,8 +2,9 @@
 // terminal, one line redrawn in place about every second ("\r\033[K"); when
 // the output is not a terminal, a line per step (at most one a second, the
 // last step always) and a line whenever nothing has been said for
-// `quiet_seconds`. Every line names the phase or the step i/N, the time
-// elapsed and, once a timed step has ended, the ETA of the rest.
+// `quiet_seconds` (4: never 5 s of silence). Every line names the phase or the
+// step i/N, the time elapsed and, once a timed step has ended, the ETA of the
+// rest.
 #pragma once
 
 #include <chrono>
@@ -22,7 +23,9 @@ class Progress {
     bool in_place = false;  // a terminal: redraw one line
     std::string prefix;     // e.g. "shardings"
     double redraw_seconds = 1;
-    double quiet_seconds = 5;  // not a terminal: the longest silence
+    // Not a terminal: a line when this long has passed without one (checked
+    // every quiet_seconds / 4, so no silence lasts over 1.25 x this).
+    double quiet_seconds = 4;
   };
 
   explicit Progress(Options options);
