@@ -9,6 +9,9 @@
 //    run's own output nor earlier runs' nor a controller's data directory
 //    (its tokens) is shipped, and tar never reads a file that is being
 //    written;
+//  - in a git work tree, only what git would commit is packed (tracked
+//    files and untracked ones .gitignore does not exclude): a repository's
+//    build/ and runs/ stay home, as gcloud's uploads honour .gitignore;
 //  - the directory is measured first (a walk, no reading): when the files
 //    to pack add up to more than max_bytes it is refused at once, naming
 //    its largest entries, before any time goes into packing;
@@ -44,6 +47,10 @@ struct DirectorySize {
   // The top-level entries, largest first: name (a '/' after directories)
   // and bytes.
   std::vector<std::pair<std::string, uint64_t>> largest;
+  // The directory is in a git work tree: only the files git would commit
+  // are packed (tracked ones, and untracked ones no .gitignore excludes),
+  // as gcloud uploads what .gcloudignore, made from .gitignore, leaves.
+  bool git = false;
 };
 
 // What PackDirectory would pack of `dir`, by the rules above.

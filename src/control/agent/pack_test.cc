@@ -143,5 +143,44 @@ TEST(FormatBytesTest, BinaryUnits) {
   EXPECT_EQ(FormatBytes(1932735283ull), "1.8 GiB");
 }
 
+// Runs git in `dir` (a test repository); its exit code.
+int Git(const std::string& dir, std::vector<std::string> args) {
+  args.insert(args.begin(), {"/usr/bin/git", "-C", dir});
+  testing::CliProcess git(args, dir + "/../git.log", "");
+  return git.Wait(std::chrono::seconds(30));
+}
+
+// In a git work tree only what git would commit is packed: the README's
+// `run --script_dir .` in this repository packed build/ (2.1 GiB) before.
+TEST_F(PackTest, InAGitWorkTreeOnlyWhatGitWouldCommitIsPacked) {
+  Write(code() + "/.gitignore", "/build/\n*.o\n");
+  Write(code() + "/train.sh", "echo train\n");
+  Write(code() + "/gone.sh", "x");
+  ASSERT_EQ(Git(code(), {"init", "-q"}), 0);
+  ASSERT_EQ(Git(code(), {"add", ".gitignore", "train.sh", "gone.sh"}), 0);
+  fs::remove(code() + "/gone.sh");                           // tracked, deleted
+  Write(code() + "/new/notes.txt", "untracked\n");           // untracked, kept
+  Write(code() + "/build/big.bin", std::string(4096, 'b'));  // ignored
+  Write(code() + "/lib.o", "obj");                           // ignored
+  ASSERT_TRUE(MarkOutputFolder(code() + "/out").ok());       // not ignored
+  Write(code() + "/out/output_slice_0000_worker_0001.txt", "x");
+  Result<DirectorySize> size = MeasureDirectory(code());
+  ASSERT_TRUE(size.ok()) << size.status().message();
+  EXPECT_TRUE(size->git);
+  EXPECT_EQ(size->files, 3u);
+  EXPECT_EQ(size->bytes, 12u + 11u + 10u);  // .gitignore, train.sh, notes
+  Result<PackSummary> packed = PackDirectory(Options());
+  ASSERT_TRUE(packed.ok()) << packed.status().message();
+  EXPECT_EQ(Members(Options().archive, dir_.path()),
+            (std::set<std::string>{".gitignore", "train.sh", "new/notes.txt"}));
+  // A folder git ignores as a whole is packed by the walk, all of it.
+  PackOptions ignored = Options();
+  ignored.dir = code() + "/build";
+  Result<PackSummary> walked = PackDirectory(ignored);
+  ASSERT_TRUE(walked.ok()) << walked.status().message();
+  EXPECT_FALSE(walked->size.git);
+  EXPECT_EQ(walked->size.bytes, 4096u);
+}
+
 }  // namespace
 }  // namespace multislice::control
