@@ -9,6 +9,7 @@
 #include "bench/peak.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/file.h>
 #include <time.h>
 #include <unistd.h>
@@ -132,6 +133,13 @@ Result<MatmulPeak> MeasureRounds(const GemmDesc& desc, int rounds,
     }
     all.insert(all.end(), round.begin(), round.end());
     peak.round_gflops.push_back(Median(round));
+    std::vector<double> round_shares;
+    for (int t = 0; t < threads; ++t) {
+      round_shares.insert(round_shares.end(),
+                          cpu_shares[t].begin() + r * per_round,
+                          cpu_shares[t].begin() + (r + 1) * per_round);
+    }
+    peak.round_cpu_shares.push_back(Median(round_shares));
   }
   for (const std::vector<double>& s : cpu_shares) {
     shares.insert(shares.end(), s.begin(), s.end());
@@ -142,6 +150,48 @@ Result<MatmulPeak> MeasureRounds(const GemmDesc& desc, int rounds,
   peak.max_gflops = *std::max_element(all.begin(), all.end());
   peak.cpu_share = Median(shares);
   peak.impl = impl;
+  return peak;
+}
+
+int CpuCount() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return 1;
+}
+
+// The CPU share of the round that gave the peak.
+double BestRoundShare(const MatmulPeak& p) {
+  const size_t best =
+      std::max_element(p.round_gflops.begin(), p.round_gflops.end()) -
+      p.round_gflops.begin();
+  return p.round_cpu_shares[best];
+}
+
+// MeasureRounds, again up to kMaxRetakes times while the best round's
+// threads had less of a CPU than they could have (another process took the
+// cores): the better of a few measurements counts only if one of them ran
+// undisturbed. All rounds are kept; the best round's median is the peak.
+Result<MatmulPeak> MeasureBestRounds(const GemmDesc& desc, int per_round,
+                                     int threads) {
+  constexpr int kMaxRetakes = 3;
+  ASSIGN_OR_RETURN(MatmulPeak peak,
+                   MeasureRounds(desc, kPeakRounds, per_round, threads));
+  const double fair = std::min(1.0, static_cast<double>(CpuCount()) / threads);
+  for (int i = 0; i < kMaxRetakes && BestRoundShare(peak) < 0.9 * fair; ++i) {
+    ASSIGN_OR_RETURN(MatmulPeak more,
+                     MeasureRounds(desc, kPeakRounds, per_round, threads));
+    peak.reps += more.reps;
+    peak.rounds += more.rounds;
+    peak.round_gflops.insert(peak.round_gflops.end(), more.round_gflops.begin(),
+                             more.round_gflops.end());
+    peak.round_cpu_shares.insert(peak.round_cpu_shares.end(),
+                                 more.round_cpu_shares.begin(),
+                                 more.round_cpu_shares.end());
+    peak.median_gflops = std::max(peak.median_gflops, more.median_gflops);
+    peak.min_gflops = std::min(peak.min_gflops, more.min_gflops);
+    peak.max_gflops = std::max(peak.max_gflops, more.max_gflops);
+    peak.cpu_share = Median(peak.round_cpu_shares);
+  }
   return peak;
 }
 
@@ -172,6 +222,7 @@ nlohmann::json PeakToJson(const MatmulPeak& p) {
           {"min_gflops", p.min_gflops},
           {"max_gflops", p.max_gflops},
           {"round_gflops", p.round_gflops},
+          {"round_cpu_shares", p.round_cpu_shares},
           {"cpu_share", p.cpu_share},
           {"impl", p.impl},
           {"processes", p.processes}};
@@ -187,6 +238,7 @@ MatmulPeak PeakFromJson(const GemmDesc& desc, const nlohmann::json& j) {
   p.min_gflops = j.at("min_gflops");
   p.max_gflops = j.at("max_gflops");
   p.round_gflops = j.at("round_gflops").get<std::vector<double>>();
+  p.round_cpu_shares = j.at("round_cpu_shares").get<std::vector<double>>();
   p.cpu_share = j.at("cpu_share");
   p.impl = j.at("impl");
   p.processes = j.at("processes");
@@ -237,8 +289,7 @@ Result<MatmulPeak> MeasureOnceForAll(const GemmDesc& desc, int per_round,
   if (!j.is_discarded() && j.is_object()) {
     peak = PeakFromJson(desc, j);
   } else {
-    peak =
-        MeasureRounds(desc, kPeakRounds, per_round, threads * share.processes);
+    peak = MeasureBestRounds(desc, per_round, threads * share.processes);
     if (peak.ok()) {
       peak->processes = share.processes;
       const std::string tmp = result_path + ".tmp";
@@ -304,7 +355,7 @@ Result<MatmulPeak> MeasureSharedMatmulPeak(
   }
   const int per_round = std::max(3, (reps + kPeakRounds - 1) / kPeakRounds);
   if (!share.has_value() || share->processes <= 1) {
-    return MeasureRounds(desc, kPeakRounds, per_round, threads);
+    return MeasureBestRounds(desc, per_round, threads);
   }
   return MeasureOnceForAll(desc, per_round, threads, *share);
 }

@@ -25,7 +25,8 @@ struct MatmulPeak {
   double median_gflops = 0;
   double min_gflops = 0;
   double max_gflops = 0;
-  std::vector<double> round_gflops;  // each round's median, in order
+  std::vector<double> round_gflops;      // each round's median, in order
+  std::vector<double> round_cpu_shares;  // each round's median cpu_share
   // The median over timed calls of (CPU time of the calling thread / wall
   // time): about 1 when each device thread had a core to itself; well below
   // 1 when other processes (or too many device threads) shared the cores, so
@@ -54,7 +55,10 @@ Result<MatmulPeak> MeasureMatmulPeak(const compute::GemmDesc& desc, int reps);
 // every call together behind a barrier; kPeakRounds rounds of
 // max(3, ceil(reps / kPeakRounds)) calls each after two untimed ones, and
 // the best round's median is the peak (a round slowed by a neighbour's
-// burst does not count; one round is too noisy on a shared machine).
+// burst does not count; one round is too noisy on a shared machine). While
+// the best round's threads had under 90 % of the CPU they could have had
+// (min(1, CPUs / threads): other processes took the cores), up to 3 more
+// sets of rounds are measured.
 //
 // When this process is a worker whose job has other workers on this
 // machine (a file:// store: the local launcher's slices, or local hosts),

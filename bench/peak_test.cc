@@ -31,9 +31,13 @@ TEST(PeakTest, BestOfRoundsOnEveryThreadAtOnce) {
   auto peak = MeasureConcurrentMatmulPeak(Small(), 3, 2);
   ASSERT_TRUE(peak.ok()) << peak.status().message();
   EXPECT_EQ(peak->threads, 2);
-  EXPECT_EQ(peak->rounds, kPeakRounds);
-  EXPECT_EQ(peak->reps, kPeakRounds * 3);  // at least 3 calls a round
-  ASSERT_EQ(peak->round_gflops.size(), static_cast<size_t>(kPeakRounds));
+  // kPeakRounds rounds, more on a busy machine (their threads had less of
+  // a CPU than they could have); at least 3 calls a round.
+  EXPECT_GE(peak->rounds, kPeakRounds);
+  EXPECT_EQ(peak->rounds % kPeakRounds, 0);
+  EXPECT_EQ(peak->reps, peak->rounds * 3);
+  ASSERT_EQ(peak->round_gflops.size(), static_cast<size_t>(peak->rounds));
+  ASSERT_EQ(peak->round_cpu_shares.size(), static_cast<size_t>(peak->rounds));
   EXPECT_EQ(peak->median_gflops, *std::max_element(peak->round_gflops.begin(),
                                                    peak->round_gflops.end()));
   EXPECT_LE(peak->min_gflops, peak->median_gflops);
@@ -43,7 +47,7 @@ TEST(PeakTest, BestOfRoundsOnEveryThreadAtOnce) {
   // 10 timed calls asked for: 3 rounds of 4.
   auto more = MeasureConcurrentMatmulPeak(Small(), 10, 1);
   ASSERT_TRUE(more.ok());
-  EXPECT_EQ(more->reps, 12);
+  EXPECT_EQ(more->reps, more->rounds * 4);
 }
 
 TEST(PeakTest, WorkersOfOneMachineShareOneMeasurementOfAllTheirDevices) {
