@@ -286,9 +286,16 @@ Result<MatmulPeak> MeasureOnceForAll(const GemmDesc& desc, int per_round,
   Result<MatmulPeak> peak = Internal("unset");
   std::ifstream in(result_path);
   nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  bool read = false;
   if (!j.is_discarded() && j.is_object()) {
-    peak = PeakFromJson(desc, j);
-  } else {
+    try {
+      peak = PeakFromJson(desc, j);
+      read = true;
+    } catch (const nlohmann::json::exception&) {
+      // Not a result this binary wrote: measure and replace it.
+    }
+  }
+  if (!read) {
     peak = MeasureBestRounds(desc, per_round, threads * share.processes);
     if (peak.ok()) {
       peak->processes = share.processes;
