@@ -168,6 +168,12 @@ class HelpFormatter : public CLI::Formatter {
     return Wrap(CLI::Formatter::make_usage(app, name));
   }
   std::string make_footer(const CLI::App* app) const override {
+    // CLI11 copies a parent's footer into every subcommand: the root's
+    // examples belong to `multislice --help` only.
+    const CLI::App* parent = app->get_parent();
+    if (parent != nullptr && parent->get_footer() == app->get_footer()) {
+      return "";
+    }
     return Wrap(CLI::Formatter::make_footer(app));
   }
   std::string make_subcommand(const CLI::App* sub) const override {

@@ -49,6 +49,12 @@ TEST_F(HelpTest, NoLineOfAnyHelpIsWiderThanTheLimit) {
   ASSERT_GT(commands.size(), 25u);  // every command and its subcommands
   for (const auto& [name, app] : commands) {
     const std::string help = app->help(name);
+    if (app != &root_) {
+      // The root's examples are not repeated under every command.
+      EXPECT_EQ(help.find("multislice help COMMAND"), std::string::npos)
+          << name << " --help:\n"
+          << help;
+    }
     for (const std::string& line : Lines(help)) {
       EXPECT_LE(line.size(), kHelpWidth) << name << " --help:\n" << line;
     }
