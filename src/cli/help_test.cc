@@ -8,8 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "cli/cli_test_util.h"
 #include "cli/command.h"
 #include "cli/commands.h"
+#include "common/temp_dir.h"
 
 namespace multislice::cli {
 namespace {
@@ -144,6 +146,40 @@ TEST(WrapHelpTextTest, ExamplesStillPasteIntoAShell) {
   EXPECT_GE(Lines(wrapped).size(), 4u) << wrapped;
   ASSERT_EQ(wrapped.rfind("  multislice job ", 0), 0u);
   EXPECT_EQ(BashWords(wrapped.substr(17)), BashWords(words)) << wrapped;
+}
+
+// A mistyped flag or command is one line naming it and, when one is close,
+// the flag or command meant (exit 2); nothing close: no guess.
+TEST(MistypedTest, FlagsAndCommandsSayWhatWasMeant) {
+  TempDir dir("mistyped-test-");
+  struct Case {
+    std::vector<std::string> args;
+    std::string expected;
+  };
+  const Case cases[] = {
+      {{"train", "configs/quickstart.yml", "--num_slice", "2"},
+       "multislice train: unknown flag --num_slice; did you mean "
+       "'--num_slices'? (see multislice train --help)\n"},
+      {{"shardings", "--ici_fdsp_parallelism=2"},
+       "multislice shardings: unknown flag --ici_fdsp_parallelism; did you "
+       "mean '--ici_fsdp_parallelism'? (see multislice shardings --help)\n"},
+      {{"shardings", "-dd", "2", "--zzzzzz"},
+       "multislice shardings: unknown flag --zzzzzz (see multislice "
+       "shardings --help)\n"},
+      {{"trian"}, "multislice: unknown command 'trian'; did you mean 'train'?"},
+      {{"queued-resources", "lst"},
+       "multislice queued-resources: unknown command 'lst'; did you mean "
+       "'list'? (expected one of create, list,"},
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    using namespace testing_util;
+    Child child = Spawn(c.args, {}, dir.path(), "m" + std::to_string(i++));
+    EXPECT_EQ(WaitExit(child, 30), 2) << c.expected;
+    const std::string err = ReadFile(child.err);
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    EXPECT_EQ(err.rfind(c.expected, 0), 0u) << err;
+  }
 }
 
 }  // namespace

@@ -21,6 +21,8 @@
 #include <variant>
 #include <vector>
 
+#include "common/suggest.h"
+
 namespace multislice {
 namespace {
 
@@ -128,38 +130,13 @@ const Field* FindField(const std::string& name) {
   return nullptr;
 }
 
-// Levenshtein distance, for "did you mean".
-size_t EditDistance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
-                         diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
 // The known key (or alias) closest to `key`, when it is close enough to be
-// a slip: at most a third of its length away (and 3 edits).
+// a slip.
 std::string Suggestion(const std::string& key) {
-  std::string best;
-  size_t best_distance = std::min<size_t>(3, key.size() / 3 + 1);
-  auto consider = [&](const char* name) {
-    const size_t d = EditDistance(key, name);
-    if (d < best_distance || (d == best_distance && best.empty())) {
-      best = name;
-      best_distance = d;
-    }
-  };
-  for (const Field& field : kFields) consider(field.name);
-  for (const auto& [alias, canonical] : kAliases) consider(alias);
-  return best;
+  std::vector<std::string> known;
+  for (const Field& field : kFields) known.push_back(field.name);
+  for (const auto& [alias, canonical] : kAliases) known.push_back(alias);
+  return ClosestName(key, known);
 }
 
 std::string KnownKeysList() {
