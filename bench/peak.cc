@@ -77,13 +77,32 @@ double Median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
-// `rounds` rounds of `per_round` timed calls on `threads` threads at once,
-// after kWarmupCalls untimed calls; the best round's median is the rate.
+// PeakTime::kStartup: what one round of calls may take (a slow matmul, on
+// the baseline ISA or a 2-core machine with 4 devices, gets fewer calls per
+// round, down to one) and how long the retakes may go on.
+constexpr double kRoundBudgetSeconds = 0.25;
+constexpr double kRetakeBudgetSeconds = 3.0;
+
+}  // namespace
+
+int StartupCallsPerRound(int per_round, double call_seconds) {
+  if (call_seconds <= 0) return per_round;
+  const int fit = static_cast<int>(kRoundBudgetSeconds / call_seconds);
+  return std::clamp(fit, 1, per_round);
+}
+
+namespace {
+
+// `rounds` rounds of `per_round` timed calls (with kStartup,
+// StartupCallsPerRound
+// of the last untimed call's time) on `threads` threads at once, after
+// kWarmupCalls untimed calls; the best round's median is the rate.
 Result<MatmulPeak> MeasureRounds(const GemmDesc& desc, int rounds,
-                                 int per_round, int threads) {
+                                 int requested_per_round, int threads,
+                                 PeakTime time) {
   constexpr int kWarmupCalls = 2;
   using Clock = std::chrono::steady_clock;
-  const int timed = rounds * per_round;
+  int per_round = requested_per_round;  // thread 0 sets it after warm-up
   std::vector<std::vector<double>> seconds(threads), cpu_shares(threads);
   std::vector<Status> status(threads);
   std::string impl;
@@ -93,22 +112,30 @@ Result<MatmulPeak> MeasureRounds(const GemmDesc& desc, int rounds,
     workers.emplace_back([&, t] {
       compute::SetSingleThreaded();
       Buffers buf = MakeBuffers(desc, 1000 + t);
-      for (int call = 0; call < kWarmupCalls + timed; ++call) {
+      // One call, timed into `seconds` and `cpu_shares` when `record`; a
+      // thread that failed keeps meeting the barriers so others finish.
+      auto call = [&](bool record) {
         sync.arrive_and_wait();
-        // A thread that failed keeps meeting the barrier so others finish.
-        if (!status[t].ok()) continue;
+        if (!status[t].ok()) return 0.0;
         const double cpu_start = ThreadCpuSeconds();
         const auto start = Clock::now();
         status[t] =
             compute::Gemm(desc, buf.a.data(), buf.b.data(), buf.c.data());
         const double elapsed =
             std::chrono::duration<double>(Clock::now() - start).count();
-        const double cpu = ThreadCpuSeconds() - cpu_start;
-        if (call >= kWarmupCalls) {
+        if (record) {
           seconds[t].push_back(elapsed);
-          cpu_shares[t].push_back(cpu / elapsed);
+          cpu_shares[t].push_back((ThreadCpuSeconds() - cpu_start) / elapsed);
         }
+        return elapsed;
+      };
+      double last_warmup = 0;
+      for (int i = 0; i < kWarmupCalls; ++i) last_warmup = call(false);
+      if (t == 0 && time == PeakTime::kStartup) {
+        per_round = StartupCallsPerRound(requested_per_round, last_warmup);
       }
+      sync.arrive_and_wait();  // every thread reads per_round after this
+      for (int i = 0; i < rounds * per_round; ++i) call(true);
       if (t == 0 && status[t].ok()) {
         Result<std::string> name = compute::GemmImplName(desc);
         if (name.ok()) impl = *name;
@@ -121,7 +148,7 @@ Result<MatmulPeak> MeasureRounds(const GemmDesc& desc, int rounds,
   MatmulPeak peak;
   peak.desc = desc;
   peak.threads = threads;
-  peak.reps = timed;
+  peak.reps = rounds * per_round;
   peak.rounds = rounds;
   std::vector<double> all, shares;
   for (int r = 0; r < rounds; ++r) {
@@ -172,14 +199,23 @@ double BestRoundShare(const MatmulPeak& p) {
 // cores): the better of a few measurements counts only if one of them ran
 // undisturbed. All rounds are kept; the best round's median is the peak.
 Result<MatmulPeak> MeasureBestRounds(const GemmDesc& desc, int per_round,
-                                     int threads) {
+                                     int threads, PeakTime time) {
   constexpr int kMaxRetakes = 3;
+  const auto start = std::chrono::steady_clock::now();
+  auto within_budget = [&] {
+    return time == PeakTime::kAllCalls ||
+           std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                         start)
+                   .count() < kRetakeBudgetSeconds;
+  };
   ASSIGN_OR_RETURN(MatmulPeak peak,
-                   MeasureRounds(desc, kPeakRounds, per_round, threads));
+                   MeasureRounds(desc, kPeakRounds, per_round, threads, time));
   const double fair = std::min(1.0, static_cast<double>(CpuCount()) / threads);
-  for (int i = 0; i < kMaxRetakes && BestRoundShare(peak) < 0.9 * fair; ++i) {
-    ASSIGN_OR_RETURN(MatmulPeak more,
-                     MeasureRounds(desc, kPeakRounds, per_round, threads));
+  for (int i = 0;
+       i < kMaxRetakes && BestRoundShare(peak) < 0.9 * fair && within_budget();
+       ++i) {
+    ASSIGN_OR_RETURN(MatmulPeak more, MeasureRounds(desc, kPeakRounds,
+                                                    per_round, threads, time));
     peak.reps += more.reps;
     peak.rounds += more.rounds;
     peak.round_gflops.insert(peak.round_gflops.end(), more.round_gflops.begin(),
@@ -269,7 +305,8 @@ void MeetOthers(const PeakShare& share, const std::string& key) {
 // One worker (the first to take the lock) measures with the devices of all
 // of them; the others wait on the lock, idle, and read its result.
 Result<MatmulPeak> MeasureOnceForAll(const GemmDesc& desc, int per_round,
-                                     int threads, const PeakShare& share) {
+                                     int threads, const PeakShare& share,
+                                     PeakTime time) {
   std::error_code ec;
   std::filesystem::create_directories(share.dir, ec);
   if (ec) {
@@ -296,7 +333,7 @@ Result<MatmulPeak> MeasureOnceForAll(const GemmDesc& desc, int per_round,
     }
   }
   if (!read) {
-    peak = MeasureBestRounds(desc, per_round, threads * share.processes);
+    peak = MeasureBestRounds(desc, per_round, threads * share.processes, time);
     if (peak.ok()) {
       peak->processes = share.processes;
       const std::string tmp = result_path + ".tmp";
@@ -325,8 +362,8 @@ Result<MatmulPeak> MeasureMatmulPeak(const GemmDesc& desc, int reps) {
 }
 
 Result<MatmulPeak> MeasureConcurrentMatmulPeak(const GemmDesc& desc, int reps,
-                                               int threads) {
-  return MeasureSharedMatmulPeak(desc, reps, threads, LocalPeakShare());
+                                               int threads, PeakTime time) {
+  return MeasureSharedMatmulPeak(desc, reps, threads, LocalPeakShare(), time);
 }
 
 std::optional<PeakShare> LocalPeakShare() {
@@ -351,7 +388,7 @@ std::optional<PeakShare> LocalPeakShare() {
 
 Result<MatmulPeak> MeasureSharedMatmulPeak(
     const GemmDesc& desc, int reps, int threads,
-    const std::optional<PeakShare>& share) {
+    const std::optional<PeakShare>& share, PeakTime time) {
   if (reps < 1) {
     return InvalidArgument("reps: expected at least 1, got " +
                            std::to_string(reps));
@@ -362,9 +399,9 @@ Result<MatmulPeak> MeasureSharedMatmulPeak(
   }
   const int per_round = std::max(3, (reps + kPeakRounds - 1) / kPeakRounds);
   if (!share.has_value() || share->processes <= 1) {
-    return MeasureBestRounds(desc, per_round, threads);
+    return MeasureBestRounds(desc, per_round, threads, time);
   }
-  return MeasureOnceForAll(desc, per_round, threads, *share);
+  return MeasureOnceForAll(desc, per_round, threads, *share, time);
 }
 
 std::vector<WorkloadGemm> ShardingsLayerGemms(int64_t embedding_dimension,

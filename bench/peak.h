@@ -66,8 +66,20 @@ Result<MatmulPeak> MeasureMatmulPeak(const compute::GemmDesc& desc, int reps);
 // of them (threads x processes) and the others read its result, so the
 // peak is the one every device sees when all of them train, whichever
 // worker reports it.
-Result<MatmulPeak> MeasureConcurrentMatmulPeak(const compute::GemmDesc& desc,
-                                               int reps, int threads);
+//
+// PeakTime::kStartup (train's and shardings' start-up measurement) bounds
+// its time: a round gets as many of its calls as fit in 0.25 s (at least
+// one; a slow ISA or a crowded machine gets fewer), and the retakes stop
+// once 3 s have gone into measuring. kAllCalls (`multislice peak`) makes
+// every call asked for.
+enum class PeakTime { kAllCalls, kStartup };
+
+// kStartup's timed calls per round: `per_round`, fewer (at least 1) when a
+// call takes `call_seconds` and that many would not fit in 0.25 s.
+int StartupCallsPerRound(int per_round, double call_seconds);
+Result<MatmulPeak> MeasureConcurrentMatmulPeak(
+    const compute::GemmDesc& desc, int reps, int threads,
+    PeakTime time = PeakTime::kAllCalls);
 
 inline constexpr int kPeakRounds = 3;
 
@@ -88,7 +100,7 @@ std::optional<PeakShare> LocalPeakShare();
 // measure here with `threads` threads).
 Result<MatmulPeak> MeasureSharedMatmulPeak(
     const compute::GemmDesc& desc, int reps, int threads,
-    const std::optional<PeakShare>& share);
+    const std::optional<PeakShare>& share, PeakTime time = PeakTime::kAllCalls);
 
 // A matmul of the shardings workload (spec 3.3), named for reports.
 struct WorkloadGemm {

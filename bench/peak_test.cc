@@ -95,5 +95,19 @@ TEST(PeakTest, AWorkerThatNeverComesDelaysTheOthersOnlyAWhile) {
   EXPECT_TRUE(peak->measured_here);
 }
 
+// The start-up measurement fits its rounds in a time budget: a slow matmul
+// (0.45 s a call at the baseline ISA) gets one call a round, not three, and
+// a fast one all of them.
+TEST(PeakTest, StartupRoundsFitTheirTimeBudget) {
+  EXPECT_EQ(StartupCallsPerRound(3, 0.01), 3);
+  EXPECT_EQ(StartupCallsPerRound(3, 0.1), 2);
+  EXPECT_EQ(StartupCallsPerRound(3, 0.2), 1);
+  EXPECT_EQ(StartupCallsPerRound(3, 0.45), 1);
+  EXPECT_EQ(StartupCallsPerRound(5, 0.0), 5);
+  auto fast = MeasureConcurrentMatmulPeak(Small(), 3, 1, PeakTime::kStartup);
+  ASSERT_TRUE(fast.ok()) << fast.status().message();
+  EXPECT_EQ(fast->reps, fast->rounds * 3);  // Small() takes well under 0.08 s
+}
+
 }  // namespace
 }  // namespace multislice::bench

@@ -146,7 +146,8 @@ int RunWorker(const ShardingsFlags& flags, const runtime::WorkerEnv& env) {
                                  .k = 2048,
                                  .ab_type = flags.config.dtype,
                                  .c_type = DType::kF32};
-  auto square_peak = bench::MeasureConcurrentMatmulPeak(square, 5, local_count);
+  auto square_peak = bench::MeasureConcurrentMatmulPeak(
+      square, 5, local_count, bench::PeakTime::kStartup);
   if (!square_peak.ok()) return Fail(square_peak.status());
   // And on this workload's own six matmuls (unsharded shapes of one device).
   auto layer_peak = bench::MeasureShardingsLayerRate(

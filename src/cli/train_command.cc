@@ -218,7 +218,8 @@ int RunWorkerBody(const TrainConfig& config, const runtime::WorkerEnv& env,
                                  .ab_type = MatmulDType(config),
                                  .c_type = DType::kF32};
   auto peak = bench::MeasureConcurrentMatmulPeak(
-      square, 3, static_cast<int>(rt.local_devices().size()));
+      square, 3, static_cast<int>(rt.local_devices().size()),
+      bench::PeakTime::kStartup);
   if (!peak.ok()) return Fail(peak.status());
   trainer.peak_flops_per_device = peak->median_gflops * 1e9;
 
