@@ -1,10 +1,13 @@
 // `multislice admin`: operator tools of the control plane. `fail-host HOST`
 // injects a host failure (the controller treats the host as lost and
-// repairs its queued resource); `hosts` lists the registered hosts.
+// repairs its queued resource); `hosts` lists the registered hosts;
+// `wait-ready` waits until a controller that is starting answers.
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 
 #include "cli/commands.h"
 #include "cli/control_client.h"
@@ -16,6 +19,7 @@ namespace {
 struct AdminFlags {
   ControllerFlags connection;
   std::string host;
+  int wait_seconds = 60;  // wait-ready
 };
 
 int Fail(const std::string& cmd, const Status& s) {
@@ -61,6 +65,49 @@ int RunHosts(const AdminFlags& f) {
   return 0;
 }
 
+// One readiness check: the token file is there and the controller answers
+// an authenticated call; the hosts registered so far when it does.
+Result<int> ReadyHosts(const ControllerFlags& connection) {
+  ControllerFlags quick = connection;
+  quick.timeout_seconds = 2;
+  ASSIGN_OR_RETURN(control::ApiClient client, MakeControllerClient(quick));
+  ASSIGN_OR_RETURN(control::HttpResponse r,
+                   client.Call("GET", "/internal/v1/hosts"));
+  if (r.status != 200) return control::ErrorFromResponse(r);
+  return static_cast<int>(
+      r.body.value("hosts", nlohmann::json::array()).size());
+}
+
+// Polls ReadyHosts every 200 ms, saying so at once and every 4 s, until
+// it answers (exit 0) or --timeout_seconds pass (exit 1, the last reason).
+int RunWaitReady(const AdminFlags& f) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto next_line = start;
+  for (;;) {
+    Result<int> hosts = ReadyHosts(f.connection);
+    const double waited =
+        std::chrono::duration<double>(Clock::now() - start).count();
+    if (hosts.ok()) {
+      std::printf("the controller is ready (%d hosts registered)\n", *hosts);
+      return 0;
+    }
+    if (waited >= f.wait_seconds) {
+      return Fail("wait-ready",
+                  Unavailable("the controller was not ready within " +
+                              std::to_string(f.wait_seconds) +
+                              " s: " + hosts.status().message()));
+    }
+    if (Clock::now() >= next_line) {
+      std::fprintf(stderr,
+                   "multislice admin wait-ready: waiting (%.0f s): %s\n",
+                   waited, hosts.status().message().c_str());
+      next_line += std::chrono::seconds(4);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
 }  // namespace
 
 void AddAdminCommand(CLI::App& root, CommandTable& table) {
@@ -88,6 +135,29 @@ void AddAdminCommand(CLI::App& root, CommandTable& table) {
       "  multislice admin hosts");
   AddControllerFlags(hosts, &hosts_flags->connection);
   table[hosts] = [hosts_flags] { return RunHosts(*hosts_flags); };
+
+  auto wait_flags = std::make_shared<AdminFlags>();
+  CLI::App* wait = admin->add_subcommand(
+      "wait-ready",
+      "Waits until the controller answers (its token file written, its API "
+      "listening), e.g. after starting it in the background, saying what it "
+      "waits for every 4 s; exit 1 after --timeout_seconds.\n"
+      "Example:\n"
+      "  multislice controller --data-dir runs/controller --local-hosts 2 &\n"
+      "  multislice admin wait-ready --controller http://127.0.0.1:8470 "
+      "--token-file runs/controller/token");
+  AddControllerFlags(wait, &wait_flags->connection);
+  AddIntFlag(wait, "timeout_seconds", &wait_flags->wait_seconds,
+             "How long to wait.");
+  table[wait] = [wait_flags] {
+    if (wait_flags->wait_seconds < 1) {
+      return Fail("wait-ready",
+                  InvalidArgument("--timeout_seconds: expected at least 1, "
+                                  "got " +
+                                  std::to_string(wait_flags->wait_seconds)));
+    }
+    return RunWaitReady(*wait_flags);
+  };
 }
 
 }  // namespace multislice::cli

@@ -1,8 +1,13 @@
 // `multislice --help` and every command's --help: grouped commands with one
 // short line each, examples, the `multislice help COMMAND` pointer, and no
 // line wider than kHelpWidth, for every command in the command table.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -180,6 +185,47 @@ TEST(MistypedTest, FlagsAndCommandsSayWhatWasMeant) {
     EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
     EXPECT_EQ(err.rfind(c.expected, 0), 0u) << err;
   }
+}
+
+// A port nothing listens on now (bound, then closed).
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// The README starts a controller in the background and goes on at once:
+// `admin wait-ready` waits for it (its token file, its API), and gives up
+// after --timeout_seconds with the reason when none comes.
+TEST(WaitReadyTest, WaitsForAStartingControllerAndGivesUpOnNone) {
+  using namespace testing_util;
+  TempDir dir("wait-ready-test-");
+  const std::string url = "http://127.0.0.1:" + std::to_string(FreePort());
+  const std::string data = dir.path() + "/ctl";
+  const std::vector<std::string> env = {
+      "MULTISLICE_CONTROLLER=" + url,
+      "MULTISLICE_TOKEN_FILE=" + data + "/token"};
+  Child none = Spawn({"admin", "wait-ready", "--timeout_seconds", "1"}, env,
+                     dir.path(), "none");
+  EXPECT_EQ(WaitExit(none, 30), 1);
+  EXPECT_NE(ReadFile(none.err).find("not ready within 1 s: --token-file"),
+            std::string::npos)
+      << ReadFile(none.err);
+  Child controller = Spawn({"controller", "--port",
+                            url.substr(url.rfind(':') + 1), "--data-dir", data},
+                           {}, dir.path(), "controller");
+  Child wait = Spawn({"admin", "wait-ready"}, env, dir.path(), "wait");
+  EXPECT_EQ(WaitExit(wait, 60), 0) << ReadFile(wait.err);
+  EXPECT_EQ(ReadFile(wait.out),
+            "the controller is ready (0 hosts registered)\n");
+  ::kill(-controller.pid, SIGTERM);
+  EXPECT_GE(WaitExit(controller, 30), 0);
 }
 
 }  // namespace
