@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -296,6 +297,53 @@ double BusBw(const std::string& op, long long bytes, const Stats& s, int n) {
   return bytes / s.median_us / 1e3 * BusFactor(op, n);
 }
 
+// While the table is silent (a large size, a baseline, the memory
+// bandwidth), a line on stderr every 4 s says what is being measured, so
+// no wait reaches 5 s; stdout stays nccl-tests' format.
+class Heartbeat {
+ public:
+  ~Heartbeat() { Stop(); }
+  void Start() {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  // Something was printed; `what` is measured next.
+  void Touch(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_ = Clock::now();
+    if (!what.empty()) what_ = what;
+  }
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopped_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!wake_.wait_for(lock, std::chrono::seconds(1),
+                           [this] { return stopped_; })) {
+      const double quiet =
+          std::chrono::duration<double>(Clock::now() - last_).count();
+      if (quiet < 4) continue;
+      std::fprintf(stderr, "bench collectives: measuring %s (%.0f s)\n",
+                   what_.c_str(), quiet);
+      std::fflush(stderr);
+      last_ = Clock::now();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stopped_ = false;
+  Clock::time_point last_ = Clock::now();
+  std::string what_ = "the host's memory bandwidth";
+  std::thread thread_;
+};
+
 // Prints tables on the first device of the job.
 class Reporter {
  public:
@@ -305,6 +353,7 @@ class Reporter {
 
   void Header(long long min_bytes, long long max_bytes) {
     if (options_.json) return;
+    heartbeat_.Touch("the first collective");
     std::printf(
         "# multislice bench collectives: nSlices %d accelerator %s nDevices "
         "%d minBytes %lld maxBytes %lld step: %d(factor) warmup iters: %d "
@@ -333,6 +382,7 @@ class Reporter {
   void Section(const std::string& op, const std::string& path,
                const AxisGroup& g) {
     if (options_.json) return;
+    heartbeat_.Touch(op + " over " + path);
     std::printf("#\n# %s, path %s: axes (%s), %d devices per group (%d x %d)\n",
                 op.c_str(), path.c_str(), g.axes_label.c_str(), g.size,
                 g.dcn_size, g.ici_size);
@@ -352,6 +402,8 @@ class Reporter {
       return;
     }
     section_.push_back(r);
+    heartbeat_.Touch(r.op + " over " + r.path + " above " +
+                     FormatBytes(static_cast<double>(r.bytes)));
     const double busbw = BusBw(r.op, r.bytes, r.oop, r.group_size);
     const double busbw_ip = BusBw(r.op, r.bytes, r.ip, r.group_size);
     bus_sum_ += busbw + busbw_ip;
@@ -393,6 +445,7 @@ class Reporter {
   // Baselines are other libraries' all-reduce, not ours: commented rows, so
   // that the data lines and the average are our collectives only.
   void Baseline(const std::string& name, const std::string& note) {
+    heartbeat_.Touch("the " + name + " baseline");
     if (options_.json) {
       baseline_notes_[name] = note;
       return;
@@ -409,6 +462,8 @@ class Reporter {
 
   void BaselineRow(const std::string& name, long long bytes, size_t count,
                    int n, const Stats& s, long long wrong) {
+    heartbeat_.Touch("the " + name + " baseline above " +
+                     FormatBytes(static_cast<double>(bytes)));
     const double algbw = bytes / s.median_us / 1e3;
     const double busbw = algbw * BusFactor("all_reduce", n);
     baselines_[name].push_back({{"bytes", bytes},
@@ -432,6 +487,11 @@ class Reporter {
   }
 
   // Free-form lines (skipped paths, notes) as comments.
+  // Heartbeats on stderr from now until Finish (the printing process).
+  void StartHeartbeat() {
+    if (!options_.json) heartbeat_.Start();
+  }
+
   void Note(const std::string& text) {
     if (options_.json) return;
     std::printf("#\n# %s\n", text.c_str());
@@ -439,6 +499,7 @@ class Reporter {
   }
 
   void Finish(long long total_wrong) {
+    heartbeat_.Stop();
     if (!options_.json) {
       // nccl-tests' closing lines: the average is over every busbw printed,
       // out-of-place and in-place.
@@ -507,6 +568,7 @@ class Reporter {
   const CollectivesBenchOptions& options_;
   runtime::Runtime& rt_;
   MemoryBandwidth membw_;
+  Heartbeat heartbeat_;
   void PrintColumnHeader() {
     std::printf(
         "# %10s  %12s  %8s  %6s  %6s           out-of-place                "
@@ -644,7 +706,10 @@ int RunCollectivesBench(runtime::Runtime& rt,
 
   const size_t es = comm::SizeOf(options.dtype);
   const std::vector<long long> sizes = Sizes(options);
-  if (printer) reporter.Header(options.min_bytes, sizes.back());
+  if (printer) {
+    reporter.Header(options.min_bytes, sizes.back());
+    reporter.StartHeartbeat();
+  }
   const bool want_gloo_flat =
       std::find(options.baselines.begin(), options.baselines.end(),
                 "gloo-flat") != options.baselines.end();

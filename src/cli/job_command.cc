@@ -304,6 +304,29 @@ std::string FailureReport(const std::string& log_path, int lines) {
   return "the last lines of " + log_path + ":\n" + tail + "\n";
 }
 
+// The newest line `log_path` ends with (its last 4 KiB read, a progress
+// bar's redraws and control bytes dropped, at most `width` characters):
+// what a worker that has not finished is doing, for the follow line.
+std::string LastLogLine(const std::string& log_path, size_t width) {
+  std::ifstream in(log_path, std::ios::binary | std::ios::ate);
+  if (!in) return "";
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = std::max<std::streamoff>(0, size - 4096);
+  std::string tail(static_cast<size_t>(size - from), '\0');
+  in.seekg(from);
+  in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
+  while (!tail.empty() && (tail.back() == '\n' || tail.back() == '\r')) {
+    tail.pop_back();
+  }
+  const size_t start = tail.find_last_of("\n\r");
+  std::string line;
+  for (char c : tail.substr(start == std::string::npos ? 0 : start + 1)) {
+    if (static_cast<unsigned char>(c) >= 0x20) line += c;
+  }
+  if (line.size() > width) line = line.substr(0, width - 3) + "...";
+  return line;
+}
+
 int Run(const CLI::App* cmd, JobFlags f) {
   if (Status valid = Validate(cmd, f); !valid.ok()) return Fail(valid);
   auto type = mesh::ParseAcceleratorType(f.accelerator_type);
@@ -387,6 +410,7 @@ int Run(const CLI::App* cmd, JobFlags f) {
   std::string report_log;  // the log to show: the job failed there
   std::string last_line;
   const bool tty = runtime::ShowProgress() && !f.json;
+  auto next_report = Clock::now() + std::chrono::seconds(30);
   for (;;) {
     if (Clock::now() > deadline) {
       exit_code = 1;
@@ -417,7 +441,7 @@ int Run(const CLI::App* cmd, JobFlags f) {
     }
     int finished = 0;
     std::string failure;
-    std::string waiting;
+    std::string waiting, waiting_log;
     for (int s = 0; s < f.num_slices; ++s) {
       for (int w = 0; w < workers_per_slice; ++w) {
         const std::string name =
@@ -426,7 +450,11 @@ int Run(const CLI::App* cmd, JobFlags f) {
             ReadStatus(job_dir + "/status_slice_" + std::to_string(s) +
                        "_worker_" + std::to_string(w));
         if (!status || status->attempt != attempt) {
-          if (waiting.empty()) waiting = name;
+          if (waiting.empty()) {
+            waiting = name;
+            waiting_log =
+                "slice_" + std::to_string(s) + "_worker_" + std::to_string(w);
+          }
           continue;
         }
         ++finished;
@@ -462,16 +490,25 @@ int Run(const CLI::App* cmd, JobFlags f) {
     } else {
       failing = false;
     }
-    if (tty) {
-      std::string line =
-          state + ", attempt " + std::to_string(attempt) + ": completed " +
-          std::to_string(finished) + "/" + std::to_string(total) +
-          (waiting.empty() ? "" : ", " + waiting + " still working...");
-      if (line != last_line) {
-        std::printf("\r\033[K%s", line.c_str());
-        std::fflush(stdout);
-        last_line = line;
-      }
+    // On a terminal one line, redrawn, ends with what the first unfinished
+    // worker's log last said (a training's step line, its ETA); otherwise
+    // that line every 30 s, so a long command is never silent.
+    std::string line = state + ", attempt " + std::to_string(attempt) +
+                       ": completed " + std::to_string(finished) + "/" +
+                       std::to_string(total);
+    if (!waiting.empty()) {
+      const std::string log = job_dir + "/main_command_log_" + waiting_log;
+      const std::string said = LastLogLine(log, 100);
+      line += "; " + waiting + (said.empty() ? " still working" : ": " + said);
+    }
+    if (tty && line != last_line) {
+      std::printf("\r\033[K%s", line.c_str());
+      std::fflush(stdout);
+      last_line = line;
+    } else if (!tty && !f.json && Clock::now() >= next_report) {
+      std::printf("%s: %s\n", kName, line.c_str());
+      std::fflush(stdout);
+      next_report = Clock::now() + std::chrono::seconds(30);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
