@@ -165,7 +165,11 @@ class LocalController {
     spec.log_path = dir_ + "/controller.log";
     ASSIGN_OR_RETURN(controller_, launcher_->Start(spec));
     const std::string marker = "controller listening on ";
-    for (int i = 0; i < 1500 && url_.empty(); ++i) {
+    // 60 s: a loaded 2-core machine (CI with builds beside it) once took
+    // over 15 s.
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (url_.empty() && std::chrono::steady_clock::now() < deadline) {
       std::string log = ReadWholeFile(spec.log_path);
       size_t at = log.find(marker);
       if (at != std::string::npos) {
