@@ -9,8 +9,9 @@ code, its wall time and its longest silence. It fails when a command fails
 or when a command is silent for longer than --max-silence seconds (5 by
 default: "no silent wait over 5 s").
 
-Skipped: `scripts/test.sh` (the whole suite) and the multi-machine example
-(it needs the addresses 10.0.0.1 and 10.0.0.2). Run from the repository
+Skipped: `scripts/test.sh` (the whole suite), the multi-machine example
+(it needs the addresses 10.0.0.1 and 10.0.0.2) and what needs root (`sudo`:
+the network-namespace cluster). Run from the repository
 root after `scripts/quickstart.sh` has built the binary, e.g. as on an AVX2
 machine:
 
@@ -30,6 +31,7 @@ SKIP = (
     re.compile(r"^scripts/test\.sh"),
     re.compile(r"10\.0\.0\."),
     re.compile(r"^# on 10\."),
+    re.compile(r"^sudo "),
 )
 MARK = "__README_STEP__"
 
