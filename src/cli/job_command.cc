@@ -492,23 +492,27 @@ int Run(const CLI::App* cmd, JobFlags f) {
     }
     // On a terminal one line, redrawn, ends with what the first unfinished
     // worker's log last said (a training's step line, its ETA); otherwise
-    // that line every 30 s, so a long command is never silent.
-    std::string line = state + ", attempt " + std::to_string(attempt) +
-                       ": completed " + std::to_string(finished) + "/" +
-                       std::to_string(total);
-    if (!waiting.empty()) {
-      const std::string log = job_dir + "/main_command_log_" + waiting_log;
-      const std::string said = LastLogLine(log, 100);
-      line += "; " + waiting + (said.empty() ? " still working" : ": " + said);
-    }
-    if (tty && line != last_line) {
-      std::printf("\r\033[K%s", line.c_str());
+    // that line every 30 s, so a long command is never silent. The log is
+    // read only when the line is shown.
+    const bool report = !tty && !f.json && Clock::now() >= next_report;
+    if (tty || report) {
+      std::string line = state + ", attempt " + std::to_string(attempt) +
+                         ": completed " + std::to_string(finished) + "/" +
+                         std::to_string(total);
+      if (!waiting.empty()) {
+        const std::string said =
+            LastLogLine(job_dir + "/main_command_log_" + waiting_log, 100);
+        line +=
+            "; " + waiting + (said.empty() ? " still working" : ": " + said);
+      }
+      if (report) {
+        std::printf("%s: %s\n", kName, line.c_str());
+        next_report = Clock::now() + std::chrono::seconds(30);
+      } else if (line != last_line) {
+        std::printf("\r\033[K%s", line.c_str());
+        last_line = line;
+      }
       std::fflush(stdout);
-      last_line = line;
-    } else if (!tty && !f.json && Clock::now() >= next_report) {
-      std::printf("%s: %s\n", kName, line.c_str());
-      std::fflush(stdout);
-      next_report = Clock::now() + std::chrono::seconds(30);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }

@@ -19,6 +19,7 @@
 
 #include "common/temp_dir.h"
 #include "control/control_testing.h"
+#include "control/controller_fixture.h"
 #include "control/fake_agent.h"
 #include "control/http.h"
 #include "gtest/gtest.h"
@@ -36,30 +37,9 @@ using Clock = std::chrono::steady_clock;
 const char kToken[] = "test-token";
 const char kParent[] = "/v2alpha1/projects/proj/locations/us-test1-a";
 
-class ControllerTest : public ::testing::Test {
+class ControllerTest : public testing::ControllerFixture {
  protected:
-  void StartController(ControllerOptions options = {}) {
-    ASSERT_TRUE(dir_.ok());
-    options.data_dir = dir_.path() + "/data";
-    options.token = kToken;
-    Result<std::unique_ptr<Controller>> c = Controller::Start(options);
-    ASSERT_TRUE(c.ok()) << c.status().message();
-    controller_ = std::move(*c);
-    url_ = "http://127.0.0.1:" + std::to_string(controller_->port());
-    client_ = std::make_unique<ApiClient>(
-        *ApiClient::Create(url_, kToken, std::chrono::seconds(10)));
-  }
-  void TearDown() override {
-    agents_.clear();  // agents first: they call the controller
-    controller_.reset();
-  }
-
-  FakeAgent& AddAgent(const std::string& type = "cpu-2") {
-    agents_.push_back(std::make_unique<FakeAgent>(url_, kToken, type));
-    FakeAgent& a = *agents_.back();
-    EXPECT_TRUE(WaitFor([&] { return !a.host_id().empty(); }));
-    return a;
-  }
+  ControllerTest() : ControllerFixture(kToken) {}
 
   HttpResponse Call(const std::string& method, const std::string& path,
                     const json* body = nullptr) {
@@ -124,12 +104,6 @@ class ControllerTest : public ::testing::Test {
       }
     }
   }
-
-  TempDir dir_;
-  std::unique_ptr<Controller> controller_;
-  std::string url_;
-  std::unique_ptr<ApiClient> client_;
-  std::vector<std::unique_ptr<FakeAgent>> agents_;
 };
 
 // Opens `n` TCP connections to 127.0.0.1:port that never send a byte.

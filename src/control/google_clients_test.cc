@@ -21,6 +21,7 @@
 #include "common/temp_dir.h"
 #include "control/control_testing.h"
 #include "control/controller.h"
+#include "control/controller_fixture.h"
 #include "control/fake_agent.h"
 #include "control/http.h"
 #include "gtest/gtest.h"
@@ -87,33 +88,19 @@ CommandResult RunShell(const std::string& command) {
   return result;
 }
 
-class GoogleClientsTest : public ::testing::Test {
+class GoogleClientsTest : public testing::ControllerFixture {
  protected:
+  GoogleClientsTest() : ControllerFixture(kToken, "google-clients-") {}
   void SetUp() override {
-    ASSERT_TRUE(dir_.ok());
     ControllerOptions options;
-    options.data_dir = dir_.path() + "/data";
-    options.token = kToken;
     options.reconcile_interval = std::chrono::milliseconds(20);
-    Result<std::unique_ptr<Controller>> c = Controller::Start(options);
-    ASSERT_TRUE(c.ok()) << c.status().message();
-    controller_ = std::move(*c);
-    url_ = "http://127.0.0.1:" + std::to_string(controller_->port());
-    client_ = std::make_unique<ApiClient>(
-        *ApiClient::Create(url_, kToken, std::chrono::seconds(10)));
-  }
-  void TearDown() override {
-    agents_.clear();  // agents first: they call the controller
-    controller_.reset();
+    StartController(options);
   }
 
   // `n` registered cpu-1 hosts in us-test1-a.
   void AddAgents(int n) {
     for (int i = 0; i < n; ++i) {
-      agents_.push_back(std::make_unique<FakeAgent>(url_, kToken, "cpu-1"));
-    }
-    for (const auto& a : agents_) {
-      ASSERT_TRUE(WaitFor([&] { return !a->host_id().empty(); }));
+      ASSERT_FALSE(AddAgent("cpu-1").host_id().empty());
     }
   }
 
@@ -138,12 +125,6 @@ class GoogleClientsTest : public ::testing::Test {
     if (!in) return json();
     return json::parse(in, nullptr, false);
   }
-
-  TempDir dir_{"google-clients-"};
-  std::unique_ptr<Controller> controller_;
-  std::string url_;
-  std::unique_ptr<ApiClient> client_;
-  std::vector<std::unique_ptr<FakeAgent>> agents_;
 };
 
 // How many of a report's checks each library and API version ran.

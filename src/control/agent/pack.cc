@@ -1,8 +1,7 @@
-// Packing a script directory (pack.h): a measuring walk with tar's
-// exclusion rules, then tar with checkpoints for the progress line.
+// Packing a script directory (pack.h): git's list of files in a work tree,
+// else a measuring walk with tar's exclusion rules; then tar with
+// checkpoints for the progress line.
 #include "control/agent/pack.h"
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -12,6 +11,7 @@
 #include <optional>
 #include <sstream>
 
+#include "common/temp_dir.h"
 #include "control/process.h"
 
 namespace multislice::control {
@@ -327,14 +327,11 @@ Result<DirectorySize> Select(const std::string& dir, const std::string& list) {
 }  // namespace
 
 Result<DirectorySize> MeasureDirectory(const std::string& dir) {
-  const std::string scratch =
-      (fs::temp_directory_path() /
-       ("multislice-pack-" + std::to_string(::getpid()) + ".files"))
-          .string();
-  Result<DirectorySize> size = Select(dir, scratch);
-  std::error_code ignored;
-  fs::remove(scratch, ignored);
-  return size;
+  // A private directory for git's output: a fixed name in /tmp could be a
+  // link someone else planted.
+  TempDir scratch("multislice-pack-");
+  if (!scratch.ok()) return Internal("cannot create a temporary directory");
+  return Select(dir, scratch.path() + "/files");
 }
 
 Result<PackSummary> PackDirectory(const PackOptions& options) {
