@@ -51,14 +51,16 @@ int RunHosts(const AdminFlags& f) {
   Result<control::HttpResponse> r = client->Call("GET", "/internal/v1/hosts");
   if (!r.ok()) return Fail("hosts", r.status());
   if (r->status != 200) return Fail("hosts", control::ErrorFromResponse(*r));
-  std::printf("%-10s %-14s %-22s %-6s %s\n", "HOST", "TYPE", "AGENT", "STATE",
-              "QUEUED_RESOURCE");
+  std::printf("%-10s %-14s %-22s %-10s %-6s %s\n", "HOST", "TYPE", "AGENT",
+              "ICI_DOMAIN", "STATE", "QUEUED_RESOURCE");
   for (const auto& h : r->body.value("hosts", nlohmann::json::array())) {
     std::string qr = h.value("queuedResource", "");
     qr = qr.substr(qr.rfind('/') + 1);
-    std::printf("%-10s %-14s %-22s %-6s %s\n", h.value("id", "").c_str(),
+    const std::string ici_domain = h.value("iciDomain", "");
+    std::printf("%-10s %-14s %-22s %-10s %-6s %s\n", h.value("id", "").c_str(),
                 h.value("acceleratorType", "").c_str(),
                 h.value("agentAddress", "").c_str(),
+                ici_domain.empty() ? "-" : ici_domain.c_str(),
                 h.value("lost", false) ? "LOST" : "OK",
                 qr.empty() ? "-" : qr.c_str());
   }
@@ -130,7 +132,8 @@ void AddAdminCommand(CLI::App& root, CommandTable& table) {
   auto hosts_flags = std::make_shared<AdminFlags>();
   CLI::App* hosts = admin->add_subcommand(
       "hosts",
-      "Lists the registered hosts, their state and queued resource.\n"
+      "Lists the registered hosts, their ICI domain (agent --ici-domain; "
+      "- for none), state and queued resource.\n"
       "Example:\n"
       "  multislice admin hosts");
   AddControllerFlags(hosts, &hosts_flags->connection);

@@ -16,6 +16,7 @@
 #include "cli/flags.h"
 #include "control/agent/agent.h"
 #include "control/http.h"
+#include "control/validation.h"
 #include "runtime/mesh/topology.h"
 
 namespace multislice::cli {
@@ -31,6 +32,7 @@ struct AgentFlags {
   std::string token_file;
   std::string accelerator_type;
   std::string zone;
+  std::string ici_domain;
   int port = 0;
   std::string bind = "127.0.0.1";
   std::string advertise_address;
@@ -83,6 +85,10 @@ int RunAgent(const AgentFlags& flags) {
                        "' is not a zone name (1 to 63 of [a-z0-9-], e.g. "
                        "us-central2-b)");
   }
+  if (Status s = control::ValidateIciDomain("--ici-domain", flags.ici_domain);
+      !s.ok()) {
+    return Fail(2, s.message());
+  }
   if (flags.port < 0 || flags.port > 65535) {
     return Fail(2, "--port: expected 0 (any free port) to 65535, got " +
                        std::to_string(flags.port));
@@ -105,6 +111,7 @@ int RunAgent(const AgentFlags& flags) {
   options.hostname = flags.hostname;
   options.zone = flags.zone;
   options.accelerator_type = flags.accelerator_type;
+  options.ici_domain = flags.ici_domain;
   options.port = flags.port;
   options.bind = flags.bind;
   options.advertise_address = flags.advertise_address;
@@ -176,6 +183,10 @@ void AddAgentCommand(CLI::App& root, CommandTable& table) {
                 "This host's accelerator type, e.g. cpu-2 or v5p-8.")
       ->required();
   AddStringFlag(cmd, "zone", &flags->zone, "This host's zone.")->required();
+  AddStringFlag(cmd, "ici_domain", &flags->ici_domain,
+                "The hosts joined to this one by ICI (e.g. pod0): a slice "
+                "of several hosts takes them all from one domain. Default: "
+                "none (such hosts form slices only with each other).");
   AddIntFlag(cmd, "port", &flags->port,
              "Port of the agent API; 0 picks a free one.")
       ->capture_default_str();

@@ -26,6 +26,7 @@ json Host::ToStorage() const {
           {"hostname", hostname},
           {"zone", zone},
           {"acceleratorType", accelerator_type},
+          {"iciDomain", ici_domain},
           {"agentAddress", agent_address},
           {"workdir", workdir},
           {"secret", secret},
@@ -39,6 +40,7 @@ Host Host::FromStorage(const json& j) {
   h.hostname = j.value("hostname", "");
   h.zone = j.value("zone", "");
   h.accelerator_type = j.value("acceleratorType", "");
+  h.ici_domain = j.value("iciDomain", "");  // absent in older stores
   h.agent_address = j.value("agentAddress", "");
   h.workdir = j.value("workdir", "");
   h.secret = j.value("secret", "");

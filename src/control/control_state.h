@@ -35,6 +35,10 @@ struct Host {
   std::string hostname;
   std::string zone;
   std::string accelerator_type;
+  // The hosts joined to this one by ICI (agent --ici-domain): a multi-host
+  // slice takes all its hosts from one domain. "" (older agents and stores
+  // too): combines only with other hosts without one.
+  std::string ici_domain;
   std::string agent_address;  // HOST:PORT of its /agent/v1/ API
   std::string workdir;
   // Issued at each registration: the bearer of this host's heartbeats and of

@@ -30,12 +30,13 @@ class FakeAgent {
  public:
   FakeAgent(std::string controller_url, std::string token,
             std::string accelerator_type, std::string zone = "us-test1-a",
-            std::string ip = "127.0.0.1")
+            std::string ip = "127.0.0.1", std::string ici_domain = "")
       : controller_url_(std::move(controller_url)),
         token_(std::move(token)),
         type_(std::move(accelerator_type)),
         zone_(std::move(zone)),
-        ip_(std::move(ip)) {
+        ip_(std::move(ip)),
+        ici_domain_(std::move(ici_domain)) {
     auto authed = [this](auto fn) {
       return [this, fn](const httplib::Request& req, httplib::Response& res) {
         if (!RequireBearer(req, res, credential())) return;
@@ -188,6 +189,8 @@ class FakeAgent {
                                  {"acceleratorType", type_},
                                  {"agentAddress", address()},
                                  {"workdir", "/nonexistent"}};
+          // Sent only when set, as agents from before ICI domains did.
+          if (!ici_domain_.empty()) body["iciDomain"] = ici_domain_;
           Result<HttpResponse> r =
               client->Call("POST", "/internal/v1/hosts:register", &body);
           if (r.ok() && r->status == 200) {
@@ -211,7 +214,7 @@ class FakeAgent {
     }
   }
 
-  std::string controller_url_, token_, type_, zone_, ip_;
+  std::string controller_url_, token_, type_, zone_, ip_, ici_domain_;
   httplib::Server server_;
   int port_ = 0;
   std::thread server_thread_, heartbeat_thread_;

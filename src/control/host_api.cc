@@ -77,6 +77,18 @@ void HostApi::HandleRegister(const httplib::Request& req,
     }
     *target = (*body)[key].get<std::string>();
   }
+  // Optional: agents from before ICI domains send none.
+  if (body->contains("iciDomain")) {
+    if (!(*body)["iciDomain"].is_string()) {
+      WriteError(res, 400, "INVALID_ARGUMENT", "iciDomain: expected a string");
+      return;
+    }
+    h.ici_domain = (*body)["iciDomain"].get<std::string>();
+    if (Status s = ValidateIciDomain("iciDomain", h.ici_domain); !s.ok()) {
+      WriteError(res, 400, "INVALID_ARGUMENT", s.message());
+      return;
+    }
+  }
   const size_t colon = h.agent_address.rfind(':');
   if (colon == std::string::npos || colon == 0 ||
       std::atoi(h.agent_address.c_str() + colon + 1) <= 0) {
@@ -116,7 +128,8 @@ void HostApi::HandleRegister(const httplib::Request& req,
   }
   state_.hosts[h.id] = h;
   state_.Log(h.id + ": registered " + h.accelerator_type + " at " +
-             h.agent_address);
+             h.agent_address +
+             (h.ici_domain.empty() ? "" : " in ICI domain " + h.ici_domain));
   state_.Wake();
   WriteJson(
       res, 200,
@@ -215,6 +228,7 @@ void HostApi::HandleCapacity(const httplib::Request&, httplib::Response& res) {
                      {"hostname", h.hostname},
                      {"zone", h.zone},
                      {"acceleratorType", h.accelerator_type},
+                     {"iciDomain", h.ici_domain},
                      {"agentAddress", h.agent_address},
                      {"state", h.lost ? "LOST" : (used ? "USED" : "FREE")},
                      {"lostReason", h.lost_reason},

@@ -97,7 +97,7 @@ void Reconciler::Schedule(int64_t) {
       const bool recent = h.lost_at > 0 && steady - h.lost_at < 60000;
       if (!h.lost && h.holds_secret && !owners.count(id) &&
           recent == (pass == 1)) {
-        in.free_hosts.push_back({id, h.accelerator_type, h.zone});
+        in.free_hosts.push_back({id, h.accelerator_type, h.zone, h.ici_domain});
       }
     }
   }
@@ -142,7 +142,12 @@ void Reconciler::Schedule(int64_t) {
           (r.spec.tier == Tier::kSpot || r.spec.tier == Tier::kBestEffort);
       h.suspending = r.state == QrState::kSuspending;
       for (const NodeRecord& n : r.nodes) {
-        h.hosts.insert(h.hosts.end(), n.hosts.begin(), n.hosts.end());
+        for (const std::string& id : n.hosts) {
+          h.hosts.push_back(id);
+          auto known = state_.hosts.find(id);
+          h.host_ici_domains.push_back(
+              known == state_.hosts.end() ? "" : known->second.ici_domain);
+        }
       }
       in.holders.push_back(h);
     }

@@ -20,6 +20,15 @@
 //   from lower tiers meanwhile.
 // - A slice of type T takes T's hosts_per_slice hosts whose type fits T
 //   (HostFits), in the queued resource's zone.
+// - ICI domains: the hosts of a multi-host slice (hosts_per_slice > 1) are
+//   joined by ICI, so they all come from one ICI domain (SchedHost::
+//   ici_domain); hosts registered without one ("") combine only with each
+//   other. A one-host slice takes a host of any domain. Repairs follow the
+//   same rule (a replacement slice is again one domain's hosts, not
+//   necessarily the domain of the slice it replaces). Among the domains
+//   that can hold a slice, the one of the most preferred fitting host is
+//   taken first; since a slice uses exactly one domain's hosts, this greedy
+//   choice places as many slices as any other would.
 #pragma once
 
 #include <cstdint>
@@ -41,7 +50,8 @@ bool SliceTypesCompete(const std::string& a, const std::string& b);
 struct SchedHost {
   std::string id;
   std::string accelerator_type;
-  std::string zone;  // "" fits any zone
+  std::string zone;        // "" fits any zone
+  std::string ici_domain;  // hosts joined by ICI; "" only with other ""
 };
 
 // Whether zones a and b match: equal, or either is "" (any).
@@ -73,6 +83,9 @@ struct SchedHolder {
   bool suspending = false;   // already being preempted: its hosts will free
   std::vector<std::string> hosts;
   std::string zone;
+  // The ICI domain of each of `hosts`, in the same order; shorter (or
+  // empty): the rest are "".
+  std::vector<std::string> host_ici_domains;
 };
 
 struct SchedulerInput {

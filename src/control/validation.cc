@@ -186,6 +186,17 @@ Status ValidateZone(std::string_view field, std::string_view value,
                     (allow_wildcard ? ", or '-' for every zone" : ""));
 }
 
+Status ValidateIciDomain(std::string_view field, std::string_view value) {
+  if (value.empty()) return OkStatus();
+  const bool ok = MatchesLabel(
+      value, IsLowerAlnum, [](char c) { return IsLowerAlnum(c) || c == '-'; });
+  if (ok) return OkStatus();
+  return Refuse(field, value,
+                "is not an ICI domain name such as 'pod0': expected lowercase "
+                "letters, digits and '-', starting and ending with a letter "
+                "or digit, at most 63 characters (or nothing: no domain)");
+}
+
 Status ValidateParent(std::string_view project, std::string_view zone,
                       bool allow_wildcard) {
   RETURN_IF_ERROR(ValidateProjectId("project", project));

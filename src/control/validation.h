@@ -62,6 +62,10 @@ Status ValidateProjectId(std::string_view field, std::string_view value);
 Status ValidateZone(std::string_view field, std::string_view value,
                     bool allow_wildcard);
 
+// An ICI domain (the hosts joined by ICI, agent --ici-domain): "" (none)
+// or the zone rule, ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$, at most 63 characters.
+Status ValidateIciDomain(std::string_view field, std::string_view value);
+
 // The segments of projects/{project}/locations/{zone}: fields "project" and
 // "location" ("-" allowed for lists when allow_wildcard).
 Status ValidateParent(std::string_view project, std::string_view zone,

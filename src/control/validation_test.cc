@@ -115,6 +115,19 @@ TEST(PathSegmentTest, ProjectsAndZones) {
   for (const char* bad : {"", "..", "Z", "a_b", "us.a", "a:b", "--"}) {
     EXPECT_FALSE(ValidateZone("location", bad, true).ok()) << bad;
   }
+  for (const char* domain : {"", "pod0", "a", "rack-12-b"}) {
+    EXPECT_TRUE(ValidateIciDomain("iciDomain", domain).ok()) << domain;
+  }
+  for (const char* bad : {"-", "Pod0", "pod_0", "pod0-", "a.b", " "}) {
+    EXPECT_FALSE(ValidateIciDomain("iciDomain", bad).ok()) << bad;
+  }
+  EXPECT_EQ(ValidateIciDomain("iciDomain", "Pod0").message(),
+            "iciDomain: 'Pod0' is not an ICI domain name such as 'pod0': "
+            "expected lowercase letters, digits and '-', starting and ending "
+            "with a letter or digit, at most 63 characters (or nothing: no "
+            "domain)");
+  EXPECT_FALSE(ValidateIciDomain("iciDomain", std::string(64, 'a')).ok());
+  EXPECT_TRUE(ValidateIciDomain("iciDomain", std::string(63, 'a')).ok());
   EXPECT_TRUE(ValidateParent("p", "-", true).ok());
   EXPECT_EQ(ValidateParent("p%", "z", false).message().rfind("project:", 0),
             0u);

@@ -276,6 +276,7 @@ struct Agent::Impl {
               {{"hostId", HostId()},
                {"zone", options.zone},
                {"acceleratorType", options.accelerator_type},
+               {"iciDomain", options.ici_domain},
                {"workers", table->size()}});
   }
 
@@ -534,6 +535,7 @@ struct Agent::Impl {
     json body = {{"hostname", options.hostname},
                  {"zone", options.zone},
                  {"acceleratorType", options.accelerator_type},
+                 {"iciDomain", options.ici_domain},
                  {"agentAddress", Address()},
                  {"workdir", options.workdir}};
     const int64_t sent_ns = BootTimeNs();

@@ -40,6 +40,9 @@ struct AgentOptions {
   std::string hostname;        // empty: gethostname()
   std::string zone;
   std::string accelerator_type;
+  // The hosts joined to this one by ICI (the pod it is cabled into): the
+  // controller puts a multi-host slice on one domain's hosts. "": none.
+  std::string ici_domain;
   int port = 0;  // 0: any free port (see Agent::port())
   // The address the API listens on (0.0.0.0 for every interface), and the
   // one sent to the controller as agentAddress (empty: `bind`). Agents on
