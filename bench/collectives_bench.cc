@@ -149,11 +149,14 @@ class DeviceRunner {
       SetValue(options_.dtype, in, i, Pattern(device_, in_offset + i));
     }
     RETURN_IF_ERROR(Barrier());
-    const uint64_t ici_before = coll_.counters().ici_bytes_sent;
+    // ICI: everything inside the slice (on the host and between its hosts).
+    const uint64_t ici_before =
+        coll_.counters().ici_bytes_sent + coll_.counters().slice_net_bytes_sent;
     const uint64_t dcn_before = coll_.counters().dcn_bytes_sent;
     RETURN_IF_ERROR(launch().Wait());
     *ici_bytes =
-        static_cast<double>(coll_.counters().ici_bytes_sent - ici_before);
+        static_cast<double>(coll_.counters().ici_bytes_sent +
+                            coll_.counters().slice_net_bytes_sent - ici_before);
     *dcn_bytes =
         static_cast<double>(coll_.counters().dcn_bytes_sent - dcn_before);
     auto sum_over_group = [&](size_t i) {
@@ -724,10 +727,11 @@ int RunCollectivesBench(runtime::Runtime& rt,
     for (const std::string& path : options.paths) {
       ASSIGN_OR_RETURN(const AxisGroup* g,
                        runner.collectives().Group(AxesOfPath(path)));
-      const bool exists =
-          (path == "ici" && g->path() == runtime::Path::kIci) ||
-          (path == "dcn" && g->path() == runtime::Path::kDcn) ||
-          (path == "two-level" && g->path() == runtime::Path::kTwoLevel);
+      // By the levels the group spans: inside slices, across them, both.
+      const bool inside = g->ici_size > 1, across = g->dcn_size > 1;
+      const bool exists = (path == "ici" && inside && !across) ||
+                          (path == "dcn" && across && !inside) ||
+                          (path == "two-level" && inside && across);
       if (exists) {
         paths.push_back(path);
       } else if (prints) {

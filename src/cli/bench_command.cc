@@ -95,13 +95,6 @@ int RunBench(const BenchFlags& flags, const std::vector<std::string>& argv) {
                  type.status().message().c_str());
     return 2;
   }
-  if (!type->runnable) {
-    std::fprintf(stderr,
-                 "multislice bench collectives: --accelerator_type: '%s' "
-                 "cannot run here; use cpu-N\n",
-                 flags.accelerator_type.c_str());
-    return 2;
-  }
   runtime::LocalJobOptions job;
   job.num_slices = flags.num_slices;
   job.accelerator_type = flags.accelerator_type;

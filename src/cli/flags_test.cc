@@ -338,8 +338,8 @@ TEST(MeshCommandTest, ErrorsAreOneLineAndExitTwo) {
        "parallelism axis. At most one axis can be unspecified.\n"},
       {{"--accelerator_type", "v9-8"},
        "multislice mesh: unknown accelerator type 'v9-8': expected one of "
-       "v4-N, v5p-N, v5litepod-N, v6e-N (TPU, for planning) or cpu-N "
-       "(runnable here)\n"},
+       "v4-N, v5p-N, v5litepod-N, v6e-N (TPU) or cpu-N "
+       "(CPU devices)\n"},
       {{"--ici_fsdp_parallelism", "-1"},
        "multislice mesh: --accelerator_type is required when an ICI "
        "parallelism value is -1 (for example --accelerator_type cpu-8)\n"},

@@ -1,7 +1,6 @@
 // `multislice mesh`: the device mesh that a parallelism configuration gives
 // on an accelerator type and a number of slices, as JAX and MaxText would
-// build it. It only plans (nothing runs), so TPU types work as well as the
-// runnable cpu-N.
+// build it. It only plans (nothing runs).
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -155,7 +154,7 @@ void AddMeshCommand(CLI::App& root, CommandTable& table) {
       "Print the device mesh of a parallelism configuration, as JAX and "
       "MaxText build it: the ici_* values multiply to the devices per slice, "
       "the dcn_* values to the number of slices, and at most one value per "
-      "level may be -1. TPU types only plan; cpu-N runs here.");
+      "level may be -1.");
   mesh_app->footer(
       "Example:\n"
       "  multislice mesh --accelerator_type cpu-4 --num_slices 2 "
@@ -163,8 +162,8 @@ void AddMeshCommand(CLI::App& root, CommandTable& table) {
       "  multislice mesh --accelerator_type v4-16 --num_slices 4 "
       "--dcn_data_parallelism -1 --ici_fsdp_parallelism -1 --json");
   AddStringFlag(mesh_app, "accelerator_type", &options->accelerator_type,
-                "v4-N, v5p-N, v5litepod-N, v6e-N (TPU, for planning) or "
-                "cpu-N (runnable here); default cpu-N with N the product of "
+                "v4-N, v5p-N, v5litepod-N, v6e-N (TPU) or "
+                "cpu-N (CPU devices); default cpu-N with N the product of "
                 "the ICI values (required when one of them is -1).");
   AddIntFlag(mesh_app, "num_slices", &options->num_slices,
              "Number of slices, all of the accelerator type.");

@@ -257,8 +257,8 @@ TEST(PlanCommandTest, ErrorsAreOneLineAndExitTwo) {
       {{"--accelerator_type", "v9-8", "--parameters", "1e9",
         "--tokens_per_slice", "1k"},
        "multislice plan: unknown accelerator type 'v9-8': expected one of "
-       "v4-N, v5p-N, v5litepod-N, v6e-N (TPU, for planning) or cpu-N "
-       "(runnable here)\n"},
+       "v4-N, v5p-N, v5litepod-N, v6e-N (TPU) or cpu-N "
+       "(CPU devices)\n"},
       {{"--parameters", "1e9", "--tokens_per_slice", "1k"},
        "multislice plan: --accelerator_type is required (e.g. v4-16, or "
        "cpu-4 with --peak_flops_per_chip and --dcn_gbps_per_host)\n"},

@@ -206,12 +206,14 @@ int RunWorker(const ShardingsFlags& flags, const runtime::WorkerEnv& env) {
   const double median = sorted[sorted.size() / 2];
   const double tflops = shapes.tflop_per_device / average;
   const double peak_tflops = peak_gflops / 1e3;
-  double ici_bytes = 0, dcn_bytes = 0;
+  double ici_bytes = 0, between_hosts = 0, dcn_bytes = 0;
   for (int step = 1; step < total_steps; ++step) {
     ici_bytes += stats[0][step].ici_bytes;
+    between_hosts += stats[0][step].ici_between_hosts_bytes;
     dcn_bytes += stats[0][step].dcn_bytes;
   }
   ici_bytes /= flags.steps;
+  between_hosts /= flags.steps;
   dcn_bytes /= flags.steps;
   const double first_loss = stats[0][0].loss;
   if (!flags.json) {
@@ -241,8 +243,13 @@ int RunWorker(const ShardingsFlags& flags, const runtime::WorkerEnv& env) {
     std::printf("median step %.4f s (min %.4f, max %.4f)\n", median,
                 sorted.front(), sorted.back());
     std::printf("first step loss: %s\n", Repr(first_loss).c_str());
-    std::printf("sent per device per step: ICI %s, DCN %s\n",
-                Megabytes(ici_bytes).c_str(), Megabytes(dcn_bytes).c_str());
+    const std::string hosts_part =
+        rt.accelerator().hosts_per_slice() > 1
+            ? " (" + Megabytes(between_hosts) + " of it between hosts)"
+            : "";
+    std::printf("sent per device per step: ICI %s%s, DCN %s\n",
+                Megabytes(ici_bytes).c_str(), hosts_part.c_str(),
+                Megabytes(dcn_bytes).c_str());
     return 0;
   }
   nlohmann::json out;
@@ -282,6 +289,7 @@ int RunWorker(const ShardingsFlags& flags, const runtime::WorkerEnv& env) {
   out["isa"] = out["platform"]["isa"];
   out["first_step_loss"] = first_loss;
   out["ici_bytes_per_device_per_step"] = ici_bytes;
+  out["ici_between_hosts_bytes_per_device_per_step"] = between_hosts;
   out["dcn_bytes_per_device_per_step"] = dcn_bytes;
   out["skip_dcn"] = flags.skip_dcn;
   std::printf("%s\n", out.dump().c_str());
@@ -333,12 +341,6 @@ int Run(ShardingsFlags flags) {
   }
   auto type = mesh::ParseAcceleratorType(flags.accelerator_type);
   if (!type.ok()) return Fail(type.status());
-  if (!type->runnable) {
-    return Fail(InvalidArgument("--accelerator_type: '" +
-                                flags.accelerator_type +
-                                "' can be planned for (multislice plan) but "
-                                "not run here; use cpu-N"));
-  }
   // Check the mesh and sizes here, before starting any worker.
   auto resolved = mesh::ResolveParallelism(
       flags.parallelism, type->devices_per_slice(), num_slices);

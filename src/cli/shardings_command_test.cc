@@ -100,7 +100,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{{"--steps", "0"}, "--steps: expected at least 1, got 0"},
         BadCase{{"--dcn_timeout_seconds", "0"},
                 "--dcn_timeout_seconds: expected at least 1, got 0"},
-        BadCase{{"--accelerator_type", "v4-8"}, "can be planned for"},
+        BadCase{{"--accelerator_type", "v4-8", "-if", "8"},
+                "Number of devices per slice 4 does not match the product of "
+                "the ICI parallelism 8"},
         BadCase{{"--accelerator_type", "gpu-2"}, "unknown accelerator type"},
         BadCase{{"-d", "abc"},
                 "--embedding_dimension: 'abc' is not an integer"}));

@@ -387,11 +387,6 @@ int Run(const TrainFlags& flags) {
   }
   auto type = mesh::ParseAcceleratorType(accelerator_type);
   if (!type.ok()) return Fail(type.status());
-  if (!type->runnable) {
-    return Fail(InvalidArgument("--accelerator_type: '" + accelerator_type +
-                                "' can be planned for (multislice plan) but "
-                                "not run here; use cpu-N"));
-  }
   auto resolved = mesh::ResolveParallelism(
       parallelism, type->devices_per_slice(), num_slices);
   if (!resolved.ok()) return Fail(resolved.status());

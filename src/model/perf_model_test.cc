@@ -414,7 +414,7 @@ TEST(PerfModelInputTest, BadInputIsOneSentence) {
        "--peak_flops_per_chip and --dcn_gbps_per_host)"},
       {[](PerfModelOptions& o) { o.accelerator_type = "v9-8"; },
        "unknown accelerator type 'v9-8': expected one of v4-N, v5p-N, "
-       "v5litepod-N, v6e-N (TPU, for planning) or cpu-N (runnable here)"},
+       "v5litepod-N, v6e-N (TPU) or cpu-N (CPU devices)"},
       {[](PerfModelOptions& o) { o.num_slices = 0; },
        "--num_slices must be from 1 to 256, got 0"},
       {[](PerfModelOptions& o) { o.num_slices = 257; },

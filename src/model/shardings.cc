@@ -403,6 +403,7 @@ struct ShardingsDevice::State {
   Status Step(StepStats* stats) {
     RETURN_IF_ERROR(coll.Barrier(kAllAxes, "step").Wait());
     const uint64_t ici0 = coll.counters().ici_bytes_sent;
+    const uint64_t hosts0 = coll.counters().slice_net_bytes_sent;
     const uint64_t dcn0 = coll.counters().dcn_bytes_sent;
     const auto start = std::chrono::steady_clock::now();
     double local_sum = 0;
@@ -421,7 +422,10 @@ struct ShardingsDevice::State {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count();
     stats->loss = loss[0];
-    stats->ici_bytes = coll.counters().ici_bytes_sent - ici0;
+    stats->ici_between_hosts_bytes =
+        coll.counters().slice_net_bytes_sent - hosts0;
+    stats->ici_bytes =
+        coll.counters().ici_bytes_sent - ici0 + stats->ici_between_hosts_bytes;
     stats->dcn_bytes = coll.counters().dcn_bytes_sent - dcn0;
     return OkStatus();
   }

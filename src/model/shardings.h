@@ -84,7 +84,9 @@ Result<ShardingsShapes> ComputeShardingsShapes(
 struct StepStats {
   double seconds = 0;
   double loss = 0;  // the global loss (same on every device)
-  uint64_t ici_bytes = 0, dcn_bytes = 0;
+  // Sent inside the slice (ICI: on the host and between the slice's
+  // hosts), the part of it between hosts, and across slices.
+  uint64_t ici_bytes = 0, ici_between_hosts_bytes = 0, dcn_bytes = 0;
 };
 
 // The training state of one device: its weight shards and buffers. Created

@@ -126,6 +126,9 @@ struct MeshCase {
   const char* name;
   int slices, devices;
   std::array<int, 3> ici, dcn;
+  // Empty: cpu-<devices>; else a TPU type run on CPU devices, one worker
+  // process per host (v4-16: 2 hosts of 4 devices).
+  const char* type = "";
 };
 
 class ShardingsMatchesReference
@@ -136,8 +139,10 @@ TEST_P(ShardingsMatchesReference, LossAndEveryUpdatedWeight) {
   std::vector<std::string> args = {"--worker", dtype, "64", "16", "2"};
   for (int v : c.ici) args.push_back(std::to_string(v));
   for (int v : c.dcn) args.push_back(std::to_string(v));
+  const std::string type =
+      *c.type ? c.type : "cpu-" + std::to_string(c.devices);
   runtime::LaunchResult result =
-      runtime::testing::RunSelfAsWorkers(c.slices, c.devices, args);
+      runtime::testing::RunSelfAsWorkersOf(type, c.slices, args);
   EXPECT_EQ(result.exit_code, 0) << "failed worker " << result.failed_worker;
 }
 
@@ -152,7 +157,27 @@ INSTANTIATE_TEST_SUITE_P(
             MeshCase{"1x4_fsdp2_tensor2", 1, 4, {1, 2, 2}, {1, 1, 1}},
             MeshCase{"2x1_dcn_data", 2, 1, {1, 1, 1}, {2, 1, 1}},
             MeshCase{"2x1_dcn_fsdp", 2, 1, {1, 1, 1}, {1, 2, 1}},
-            MeshCase{"2x2_dcn_data_ici_fsdp", 2, 2, {1, 2, 1}, {2, 1, 1}}),
+            MeshCase{"2x2_dcn_data_ici_fsdp", 2, 2, {1, 2, 1}, {2, 1, 1}},
+            MeshCase{"v4_16x1_fsdp_over_2_hosts",
+                     1,
+                     8,
+                     {1, 8, 1},
+                     {1, 1, 1},
+                     "v4-16"},
+            MeshCase{
+                "v4_16x1_fsdp4_tensor2", 1, 8, {1, 4, 2}, {1, 1, 1}, "v4-16"},
+            MeshCase{"v4_16x2_dcn_data_ici_fsdp",
+                     2,
+                     8,
+                     {1, 8, 1},
+                     {2, 1, 1},
+                     "v4-16"},
+            MeshCase{"v4_16x2_dcn_fsdp_ici_data_fsdp_tensor",
+                     2,
+                     8,
+                     {2, 2, 2},
+                     {1, 2, 1},
+                     "v4-16"}),
         ::testing::Values("f32", "bf16")),
     [](const auto& info) {
       return std::string(std::get<0>(info.param).name) + "_" +

@@ -5,12 +5,6 @@
 namespace multislice::runtime {
 namespace {
 
-uint32_t Fnv1a(const std::string& text) {
-  uint32_t h = 2166136261u;
-  for (unsigned char c : text) h = (h ^ c) * 16777619u;
-  return h;
-}
-
 std::string JoinInts(const std::vector<int>& v) {
   std::string out;
   for (size_t i = 0; i < v.size(); ++i)
@@ -24,10 +18,10 @@ const char* PathName(Path path) {
   switch (path) {
     case Path::kLocal:
       return "local";
-    case Path::kIci:
-      return "ici";
-    case Path::kDcn:
-      return "dcn";
+    case Path::kShared:
+      return "shared";
+    case Path::kNetwork:
+      return "network";
     case Path::kTwoLevel:
       return "two-level";
   }
@@ -36,16 +30,15 @@ const char* PathName(Path path) {
 
 Path AxisGroup::path() const {
   if (size == 1) return Path::kLocal;
-  if (dcn_size == 1) return Path::kIci;
-  if (ici_size == 1) return Path::kDcn;
+  if (net_size == 1) return Path::kShared;
+  if (local_size == 1) return Path::kNetwork;
   return Path::kTwoLevel;
 }
 
-Result<AxisGroup> MakeAxisGroup(const mesh::DeviceMesh& mesh,
-                                const std::vector<mesh::Device>& devices,
-                                const std::vector<std::string>& axis_names,
-                                int device_id) {
-  AxisGroup g;
+namespace {
+
+Status ParseAxes(const mesh::DeviceMesh& mesh,
+                 const std::vector<std::string>& axis_names, AxisGroup& g) {
   for (const std::string& name : axis_names) {
     auto it = std::find(mesh.axis_names.begin(), mesh.axis_names.end(), name);
     if (it == mesh.axis_names.end()) {
@@ -62,7 +55,14 @@ Result<AxisGroup> MakeAxisGroup(const mesh::DeviceMesh& mesh,
     g.axes.push_back(axis);
     g.axes_label += (g.axes_label.empty() ? "" : ",") + name;
   }
-  ASSIGN_OR_RETURN(std::vector<int> my_coords, mesh.coords_of(device_id));
+  return OkStatus();
+}
+
+// Fills size, rank, the (d, j) split, rank_of and members: the group's
+// coordinates walked row-major over the axes in the given order.
+Status RankTheMembers(const mesh::DeviceMesh& mesh, int device_id,
+                      AxisGroup& g) {
+  ASSIGN_OR_RETURN(std::vector<int> coords, mesh.coords_of(device_id));
   const int rank_count = static_cast<int>(mesh.shape.size());
   std::vector<int> ici(rank_count, 1), dcn(rank_count, 1);
   for (int a = 0; a < rank_count; ++a) {
@@ -77,9 +77,6 @@ Result<AxisGroup> MakeAxisGroup(const mesh::DeviceMesh& mesh,
   }
   g.rank_of.assign(g.size, -1);
   g.members.assign(g.size, -1);
-
-  // Walk the group's coordinates row-major over the axes in the given order.
-  std::vector<int> coords = my_coords;
   for (int rank = 0; rank < g.size; ++rank) {
     int rest = rank;
     for (int i = static_cast<int>(g.axes.size()) - 1; i >= 0; --i) {
@@ -100,31 +97,110 @@ Result<AxisGroup> MakeAxisGroup(const mesh::DeviceMesh& mesh,
       g.ici_rank = j;
     }
   }
-  auto device = [&](int id) -> const mesh::Device& { return devices.at(id); };
-  const mesh::Device& me = device(device_id);
-  g.column = me.local_index;
-  std::vector<int> dcn_members;
-  for (int j = 0; j < g.ici_size; ++j) {
-    const mesh::Device& peer = device(g.members[g.RankOf(g.dcn_rank, j)]);
-    if (peer.slice_index != me.slice_index || peer.host != me.host) {
-      return FailedPrecondition(
-          "mesh axes " + g.axes_label +
-          " need devices of several hosts of one slice to exchange data; "
-          "multi-host slices are not runnable yet");
+  return OkStatus();
+}
+
+// Where devices sit: hosts per slice, devices per host.
+struct Placement {
+  const std::vector<mesh::Device>& devices;
+  int hosts_per_slice = 1;
+  int devices_per_host = 1;
+
+  explicit Placement(const std::vector<mesh::Device>& all) : devices(all) {
+    int per_host = 0, hosts = 1;
+    for (const mesh::Device& d : all) {
+      if (d.slice_index != 0) continue;
+      hosts = std::max(hosts, d.host + 1);
+      if (d.host == 0) ++per_host;
     }
-    g.ici_members.push_back(peer.id);
+    hosts_per_slice = hosts;
+    devices_per_host = std::max(per_host, 1);
+  }
+  const mesh::Device& at(int id) const { return devices.at(id); }
+  int process(int id) const {
+    return at(id).slice_index * hosts_per_slice + at(id).host;
+  }
+  int position(int id) const {
+    return at(id).local_index - at(id).host * devices_per_host;
+  }
+};
+
+// Splits the slice's part (j = 0..k-1, the same in every slice) by host:
+// host_size, local_size, j_of, host_rank and local_rank.
+Status SplitByHost(const Placement& where, AxisGroup& g) {
+  std::vector<int> hosts;                 // by e: host index
+  std::vector<std::vector<int>> by_host;  // by e: j values
+  for (int j = 0; j < g.ici_size; ++j) {
+    const int host = where.at(g.members[g.RankOf(g.dcn_rank, j)]).host;
+    auto it = std::find(hosts.begin(), hosts.end(), host);
+    if (it == hosts.end()) {
+      hosts.push_back(host);
+      by_host.emplace_back();
+      it = hosts.end() - 1;
+    }
+    by_host[it - hosts.begin()].push_back(j);
+  }
+  g.host_size = static_cast<int>(hosts.size());
+  g.local_size = static_cast<int>(by_host[0].size());
+  for (size_t e = 0; e < by_host.size(); ++e) {
+    if (static_cast<int>(by_host[e].size()) != g.local_size) {
+      return FailedPrecondition(
+          "mesh axes " + g.axes_label + " put " + std::to_string(g.local_size) +
+          " of a group's devices on host " + std::to_string(hosts[0]) +
+          " of a slice but " + std::to_string(by_host[e].size()) + " on host " +
+          std::to_string(hosts[e]) +
+          ": choose ICI sizes that split the slice's hosts evenly (each "
+          "axis within a host, or whole hosts)");
+    }
+    for (size_t i = 0; i < by_host[e].size(); ++i) {
+      g.j_of.push_back(by_host[e][i]);
+      if (by_host[e][i] == g.ici_rank) {
+        g.host_rank = static_cast<int>(e);
+        g.local_rank = static_cast<int>(i);
+      }
+    }
+  }
+  g.net_size = g.host_size * g.dcn_size;
+  g.net_rank = g.dcn_rank * g.host_size + g.host_rank;
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<AxisGroup> MakeAxisGroup(const mesh::DeviceMesh& mesh,
+                                const std::vector<mesh::Device>& devices,
+                                const std::vector<std::string>& axis_names,
+                                int device_id) {
+  AxisGroup g;
+  RETURN_IF_ERROR(ParseAxes(mesh, axis_names, g));
+  RETURN_IF_ERROR(RankTheMembers(mesh, device_id, g));
+  const Placement where(devices);
+  RETURN_IF_ERROR(SplitByHost(where, g));
+  g.column = where.position(device_id);
+  for (int i = 0; i < g.local_size; ++i) {
+    g.local_members.push_back(g.members[g.NetRankOf(g.net_rank, i)]);
+  }
+  std::vector<int> net_members;
+  for (int q = 0; q < g.net_size; ++q) {
+    const int peer = g.members[g.NetRankOf(q, g.local_rank)];
+    if (where.position(peer) != g.column) {
+      return FailedPrecondition(
+          "mesh axes " + g.axes_label + " join device " +
+          std::to_string(device_id) + " (position " + std::to_string(g.column) +
+          " on its host) with device " + std::to_string(peer) + " (position " +
+          std::to_string(where.position(peer)) +
+          " on its host) across hosts; choose ICI sizes that split the "
+          "slice's hosts evenly");
+    }
+    net_members.push_back(peer);
+    g.net_processes.push_back(where.process(peer));
   }
   for (int d = 0; d < g.dcn_size; ++d) {
-    const mesh::Device& peer = device(g.members[g.RankOf(d, g.ici_rank)]);
-    if (peer.local_index != me.local_index) {
-      return Internal("the DCN part of axes " + g.axes_label +
-                      " mixes devices of different local indices");
-    }
-    g.dcn_slices.push_back(peer.slice_index);
-    dcn_members.push_back(peer.id);
+    g.dcn_slices.push_back(
+        where.at(g.members[g.RankOf(d, g.ici_rank)]).slice_index);
   }
-  g.ici_key = "ici/" + g.axes_label + "/" + JoinInts(g.ici_members);
-  g.dcn_id = Fnv1a("dcn/" + g.axes_label + "/" + JoinInts(dcn_members));
+  g.local_key = "ici/" + g.axes_label + "/" + JoinInts(g.local_members);
+  g.net_label = g.axes_label + "/" + JoinInts(net_members);
   return g;
 }
 

@@ -32,9 +32,9 @@ TEST(AxisGroupTest, PathFollowsWhereTheAxesLive) {
   auto path = [&](std::vector<std::string> axes) {
     return MakeAxisGroup(f.mesh, f.devices, axes, 5)->path();
   };
-  EXPECT_EQ(path({"data"}), Path::kDcn);
-  EXPECT_EQ(path({"fsdp"}), Path::kIci);
-  EXPECT_EQ(path({"tensor"}), Path::kIci);
+  EXPECT_EQ(path({"data"}), Path::kNetwork);
+  EXPECT_EQ(path({"fsdp"}), Path::kShared);
+  EXPECT_EQ(path({"tensor"}), Path::kShared);
   EXPECT_EQ(path({"data", "fsdp"}), Path::kTwoLevel);
   EXPECT_EQ(path({"data", "fsdp", "tensor"}), Path::kTwoLevel);
 }
@@ -52,7 +52,7 @@ TEST(AxisGroupTest, RanksAreRowMajorOverTheAxesInTheOrderGiven) {
   EXPECT_EQ(g->ici_size, 2);
   EXPECT_EQ(g->dcn_rank, 1);
   EXPECT_EQ(g->ici_rank, 0);
-  EXPECT_EQ(g->ici_members, (std::vector<int>{5, 7}));
+  EXPECT_EQ(g->local_members, (std::vector<int>{5, 7}));
   EXPECT_EQ(g->dcn_slices, (std::vector<int>{0, 1}));
   EXPECT_EQ(g->column, 1);
 
@@ -71,11 +71,11 @@ TEST(AxisGroupTest, MembersOfOneGroupAgreeOnTheKeys) {
   auto b = MakeAxisGroup(f.mesh, f.devices, {"data", "fsdp"}, 3);
   auto c = MakeAxisGroup(f.mesh, f.devices, {"data", "fsdp"}, 5);
   auto other = MakeAxisGroup(f.mesh, f.devices, {"data", "fsdp"}, 0);
-  EXPECT_EQ(a->ici_key, b->ici_key);  // same slice
-  EXPECT_NE(a->ici_key, c->ici_key);  // other slice
-  EXPECT_EQ(a->dcn_id, c->dcn_id);    // same column
-  EXPECT_NE(a->dcn_id, b->dcn_id);
-  EXPECT_NE(a->ici_key, other->ici_key);
+  EXPECT_EQ(a->local_key, b->local_key);  // same slice
+  EXPECT_NE(a->local_key, c->local_key);  // other slice
+  EXPECT_EQ(a->net_label, c->net_label);  // same column
+  EXPECT_NE(a->net_label, b->net_label);
+  EXPECT_NE(a->local_key, other->local_key);
 }
 
 TEST(AxisGroupTest, BadAxisNamesAreRejected) {

@@ -166,33 +166,36 @@ void CopyElements(void* dst, const void* src, size_t count, size_t elem_size) {
   if (dst != src && count > 0) std::memmove(dst, src, count * elem_size);
 }
 
-// The chunk sizes of the balanced split of `count` over a group of `p`,
-// listed for the column members d = 0..m-1 at ICI position j.
-std::vector<size_t> ColumnCounts(const AxisGroup& g, size_t count, int j) {
-  std::vector<size_t> counts;
-  for (int d = 0; d < g.dcn_size; ++d) {
-    counts.push_back(
-        comm::PartitionSegment(count, g.size, g.RankOf(d, j)).count);
-  }
-  return counts;
-}
-
-// Member j' of the ICI part owns the group chunks RankOf(d, j') for every d.
-comm::Layout ColumnLayout(const AxisGroup& g, size_t count) {
-  comm::Layout layout(g.ici_size);
-  for (int j = 0; j < g.ici_size; ++j) {
-    for (int d = 0; d < g.dcn_size; ++d) {
-      layout[j].push_back(
-          comm::PartitionSegment(count, g.size, g.RankOf(d, j)));
-    }
-  }
-  return layout;
+uint32_t Fnv1a(const std::string& text) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : text) h = (h ^ c) * 16777619u;
+  return h;
 }
 
 size_t Sum(const std::vector<size_t>& v) {
   size_t s = 0;
   for (size_t x : v) s += x;
   return s;
+}
+
+// The subgroups of a device's network part (axis_group.h): members (q, i)
+// for this device's i.
+enum class Level {
+  kByRank,  // every q, in group-rank order (only when local_size == 1)
+  kAll,     // every q, in q order
+  kHosts,   // this slice's q (this d, every e), by e
+  kSlices,  // this host position's q (every d, this e), by d
+};
+
+// The network order of a hierarchical reduce-scatter or all-gather: hosts
+// major, slices minor, so that the hosts' phase splits it into contiguous
+// blocks (one per e) and the slices' phase each block into chunks (one per d).
+std::vector<int> NetOrder(const AxisGroup& g) {
+  std::vector<int> qs;
+  for (int e = 0; e < g.host_size; ++e) {
+    for (int d = 0; d < g.dcn_size; ++d) qs.push_back(d * g.host_size + e);
+  }
+  return qs;
 }
 
 // Builds the phases of one collective on one group.
@@ -202,42 +205,55 @@ class PhaseBuilder {
                comm::TrafficCounters& counters)
       : runtime_(runtime), g_(g), counters_(counters) {}
 
-  using IciFn = std::function<Status(ici::Group&, int j, uint64_t* bytes)>;
-  using DcnFn = std::function<Status(dcn::Communicator&, const dcn::DcnGroup&,
+  using SharedFn = std::function<Status(ici::Group&, int i, uint64_t* bytes)>;
+  using NetFn = std::function<Status(dcn::Communicator&, const dcn::DcnGroup&,
                                      const std::string& phase)>;
 
-  void Ici(std::string name, IciFn fn) {
+  // A phase among this host's members, over shared memory.
+  void Shared(const std::string& what, SharedFn fn) {
     std::shared_ptr<ici::Group> group =
-        runtime_.ici_domain().GetOrCreate(g_.ici_key, g_.ici_size);
+        runtime_.ici_domain().GetOrCreate(g_.local_key, g_.local_size);
     comm::TrafficCounters* counters = &counters_;
-    const int j = g_.ici_rank;
-    phases_.push_back({false, std::move(name), [group, counters, j, fn] {
+    const int i = g_.local_rank;
+    phases_.push_back({false, "ici " + what, [group, counters, i, fn] {
                          uint64_t bytes = 0;
-                         Status s = fn(*group, j, &bytes);
+                         Status s = fn(*group, i, &bytes);
                          counters->ici_bytes_sent += bytes;
                          return s;
                        }});
   }
 
-  void Dcn(std::string name, DcnFn fn) {
+  // A phase between hosts over the column's communicator. Bytes count as
+  // slice-network or DCN bytes by the slice of the peer they went to.
+  void Net(Level level, const std::string& what, NetFn fn) {
     dcn::Communicator* comm = runtime_.dcn(g_.column);
+    std::vector<int> qs = Members(level);
     dcn::DcnGroup group;
-    const int hosts = runtime_.accelerator().hosts_per_slice();
-    for (int d = 0; d < g_.dcn_size; ++d) {
-      const mesh::Device& peer =
-          runtime_.devices()[g_.members[g_.RankOf(d, g_.ici_rank)]];
-      group.members.push_back(peer.slice_index * hosts + peer.host);
+    std::vector<bool> same_slice;
+    for (size_t x = 0; x < qs.size(); ++x) {
+      if (qs[x] == g_.net_rank) group.my_index = static_cast<int>(x);
+      group.members.push_back(g_.net_processes[qs[x]]);
+      same_slice.push_back(qs[x] / g_.host_size == g_.dcn_rank);
     }
-    group.my_index = g_.dcn_rank;
-    group.id = g_.dcn_id;
+    group.id = Fnv1a(LevelKey(level) + "/" + g_.net_label);
     comm::TrafficCounters* counters = &counters_;
-    std::string phase = name;
+    const std::string phase = LevelName(level) + " " + what;
     phases_.push_back(
-        {true, std::move(name), [comm, group, counters, fn, phase] {
-           if (comm == nullptr) return Internal("no DCN communicator");
-           const uint64_t before = comm->bytes_sent();
+        {true, phase, [comm, group, same_slice, counters, fn, phase] {
+           if (comm == nullptr) {
+             return Internal("no DCN communicator");
+           }
+           const size_t n = group.members.size();
+           std::vector<uint64_t> before(n);
+           for (size_t x = 0; x < n; ++x)
+             before[x] = comm->bytes_sent_to(group.members[x]);
            Status s = fn(*comm, group, phase);
-           counters->dcn_bytes_sent += comm->bytes_sent() - before;
+           for (size_t x = 0; x < n; ++x) {
+             const uint64_t sent =
+                 comm->bytes_sent_to(group.members[x]) - before[x];
+             (same_slice[x] ? counters->slice_net_bytes_sent
+                            : counters->dcn_bytes_sent) += sent;
+           }
            return s;
          }});
   }
@@ -252,11 +268,138 @@ class PhaseBuilder {
   std::vector<CollectivePhase>& phases() { return phases_; }
 
  private:
+  std::vector<int> Members(Level level) const {
+    std::vector<int> qs;
+    switch (level) {
+      case Level::kByRank:
+        qs.assign(g_.size, 0);
+        for (int q = 0; q < g_.net_size; ++q) qs[g_.NetRankOf(q, 0)] = q;
+        break;
+      case Level::kAll:
+        for (int q = 0; q < g_.net_size; ++q) qs.push_back(q);
+        break;
+      case Level::kHosts:
+        for (int e = 0; e < g_.host_size; ++e)
+          qs.push_back(g_.dcn_rank * g_.host_size + e);
+        break;
+      case Level::kSlices:
+        for (int d = 0; d < g_.dcn_size; ++d)
+          qs.push_back(d * g_.host_size + g_.host_rank);
+        break;
+    }
+    return qs;
+  }
+  // Same for every member of the subgroup, different between subgroups.
+  std::string LevelKey(Level level) const {
+    switch (level) {
+      case Level::kByRank:
+      case Level::kAll:
+        return "net";
+      case Level::kHosts:
+        return "hosts" + std::to_string(g_.dcn_rank);
+      case Level::kSlices:
+        return "slices" + std::to_string(g_.host_rank);
+    }
+    return "";
+  }
+  // How phases name the link: "dcn" across slices, "hosts" between the
+  // hosts of one slice, "network" for both at once.
+  std::string LevelName(Level level) const {
+    if (level == Level::kHosts) return "hosts";
+    if (level == Level::kSlices) return "dcn";
+    if (g_.host_size == 1) return "dcn";
+    return g_.dcn_size == 1 ? "hosts" : "network";
+  }
+
   Runtime& runtime_;
   const AxisGroup& g_;
   comm::TrafficCounters& counters_;
   std::vector<CollectivePhase> phases_;
 };
+
+// The chunk of group rank r in the balanced split of count over the group.
+comm::Segment Chunk(const AxisGroup& g, size_t count, int rank) {
+  return comm::PartitionSegment(count, g.size, rank);
+}
+
+// Where a reduce-scatter's or all-gather's network part keeps its data for
+// this host position: the chunks of members (q, i) in NetOrder, packed.
+struct NetPacking {
+  std::vector<int> order;        // q, in NetOrder
+  std::vector<size_t> chunk;     // count of (order[x], my i)
+  std::vector<size_t> by_host;   // by e: the chunks of that host, summed
+  std::vector<size_t> by_slice;  // by d: the chunk of (d, my e)
+  size_t total = 0;
+  bool natural = false;  // the packing equals the input's rank order
+
+  NetPacking(const AxisGroup& g, size_t count) : order(NetOrder(g)) {
+    by_host.assign(g.host_size, 0);
+    natural = g.local_size == 1;
+    for (size_t x = 0; x < order.size(); ++x) {
+      const int rank = g.NetRankOf(order[x], g.local_rank);
+      chunk.push_back(Chunk(g, count, rank).count);
+      by_host[order[x] % g.host_size] += chunk.back();
+      if (rank != static_cast<int>(x)) natural = false;
+    }
+    for (int d = 0; d < g.dcn_size; ++d) {
+      const int q = d * g.host_size + g.host_rank;
+      by_slice.push_back(Chunk(g, count, g.NetRankOf(q, g.local_rank)).count);
+    }
+    total = Sum(chunk);
+  }
+};
+
+// Member i' of this host gathers or scatters the chunks of (q, i') in
+// NetOrder: the layout of the shared phase of a reduce-scatter or
+// all-gather.
+comm::Layout SharedLayout(const AxisGroup& g, size_t count) {
+  const std::vector<int> order = NetOrder(g);
+  comm::Layout layout(g.local_size);
+  for (int i = 0; i < g.local_size; ++i) {
+    for (int q : order) layout[i].push_back(Chunk(g, count, g.NetRankOf(q, i)));
+  }
+  return layout;
+}
+
+// Appends a network all-reduce of buf[0..count) in place: hierarchical
+// (reduce-scatter between the slice's hosts, all-reduce of each 1/h across
+// slices, all-gather between the hosts) when the network part has both
+// levels, else one all-reduce. Reads from `in` (buf when nullptr).
+void NetAllReduce(PhaseBuilder& b, const AxisGroup& g, OpState& state,
+                  const void* in, std::byte* buf, size_t count, DType dtype,
+                  ReduceOp op) {
+  if (in == nullptr) in = buf;
+  if (g.host_size == 1 || g.dcn_size == 1) {
+    b.Net(Level::kAll, "all-reduce",
+          [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
+              const std::string& phase) {
+            return c.AllReduce(dg, in, buf, count, dtype, op, phase);
+          });
+    return;
+  }
+  const size_t es = comm::SizeOf(dtype);
+  std::vector<size_t> counts;
+  for (int e = 0; e < g.host_size; ++e) {
+    counts.push_back(comm::PartitionSegment(count, g.host_size, e).count);
+  }
+  const size_t mine = counts[g.host_rank];
+  std::byte* piece = state.Scratch(mine * es);
+  b.Net(Level::kHosts, "reduce-scatter",
+        [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
+            const std::string& phase) {
+          return c.ReduceScatter(dg, in, piece, counts, dtype, op, phase);
+        });
+  b.Net(Level::kSlices, "all-reduce",
+        [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
+            const std::string& phase) {
+          return c.AllReduce(dg, piece, piece, mine, dtype, op, phase);
+        });
+  b.Net(Level::kHosts, "all-gather",
+        [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
+            const std::string& phase) {
+          return c.AllGather(dg, piece, buf, counts, dtype, phase);
+        });
+}
 
 }  // namespace
 
@@ -287,32 +430,27 @@ CollectiveHandle DeviceCollectives::AllReduce(const Axes& axes, const void* in,
     case Path::kLocal:
       b.Local("copy", [=] { CopyElements(out, in, count, es); });
       break;
-    case Path::kIci:
-      b.Ici("ici all-reduce", [=](ici::Group& grp, int j, uint64_t* bytes) {
-        return grp.AllReduce(j, in, out, count, dtype, op, bytes);
+    case Path::kShared:
+      b.Shared("all-reduce", [=](ici::Group& grp, int i, uint64_t* bytes) {
+        return grp.AllReduce(i, in, out, count, dtype, op, bytes);
       });
       break;
-    case Path::kDcn:
-      b.Dcn("dcn all-reduce", [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
-                                  const std::string& phase) {
-        return c.AllReduce(dg, in, out, count, dtype, op, phase);
-      });
+    case Path::kNetwork:
+      NetAllReduce(b, g, *state, in, static_cast<std::byte*>(out), count, dtype,
+                   op);
       break;
     case Path::kTwoLevel: {
-      // Reduce-scatter in the slice, all-reduce this device's shard with the
-      // same shard of the other slices, all-gather in the slice.
-      const comm::Layout layout = comm::BalancedLayout(count, g.ici_size);
-      const comm::Segment mine = layout[g.ici_rank][0];
+      // Reduce-scatter on the host, all-reduce this device's shard with the
+      // same shard of the other hosts, all-gather on the host.
+      const comm::Layout layout = comm::BalancedLayout(count, g.local_size);
+      const comm::Segment mine = layout[g.local_rank][0];
       std::byte* shard = At(out, mine.offset, es);
-      b.Ici("ici reduce-scatter", [=](ici::Group& grp, int j, uint64_t* bytes) {
-        return grp.ReduceScatter(j, in, shard, layout, dtype, op, bytes);
+      b.Shared("reduce-scatter", [=](ici::Group& grp, int i, uint64_t* bytes) {
+        return grp.ReduceScatter(i, in, shard, layout, dtype, op, bytes);
       });
-      b.Dcn("dcn all-reduce", [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
-                                  const std::string& phase) {
-        return c.AllReduce(dg, shard, shard, mine.count, dtype, op, phase);
-      });
-      b.Ici("ici all-gather", [=](ici::Group& grp, int j, uint64_t* bytes) {
-        return grp.AllGather(j, shard, out, layout, dtype, bytes);
+      NetAllReduce(b, g, *state, nullptr, shard, mine.count, dtype, op);
+      b.Shared("all-gather", [=](ici::Group& grp, int i, uint64_t* bytes) {
+        return grp.AllGather(i, shard, out, layout, dtype, bytes);
       });
       break;
     }
@@ -328,44 +466,74 @@ CollectiveHandle DeviceCollectives::ReduceScatter(
   const size_t es = comm::SizeOf(dtype);
   auto state = std::make_shared<OpState>();
   PhaseBuilder b(runtime_, g, counters_);
-  switch (g.path()) {
-    case Path::kLocal:
-      b.Local("copy", [=] { CopyElements(out, in, count, es); });
-      break;
-    case Path::kIci: {
-      const comm::Layout layout = comm::BalancedLayout(count, g.ici_size);
-      b.Ici("ici reduce-scatter", [=](ici::Group& grp, int j, uint64_t* bytes) {
-        return grp.ReduceScatter(j, in, out, layout, dtype, op, bytes);
-      });
-      break;
-    }
-    case Path::kDcn: {
-      const std::vector<size_t> counts = ColumnCounts(g, count, 0);
-      b.Dcn("dcn reduce-scatter",
-            [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
-                const std::string& phase) {
-              return c.ReduceScatter(dg, in, out, counts, dtype, op, phase);
-            });
-      break;
-    }
-    case Path::kTwoLevel: {
-      // ICI member j reduces, over the slice, every chunk whose ICI position
-      // is j (one per slice of the column); the column then reduce-scatters
-      // those, so member d keeps chunk RankOf(d, j), which is its own.
-      const comm::Layout layout = ColumnLayout(g, count);
-      const std::vector<size_t> counts = ColumnCounts(g, count, g.ici_rank);
-      std::byte* packed = state->Scratch(Sum(counts) * es);
-      b.Ici("ici reduce-scatter", [=](ici::Group& grp, int j, uint64_t* bytes) {
-        return grp.ReduceScatter(j, in, packed, layout, dtype, op, bytes);
-      });
-      b.Dcn("dcn reduce-scatter",
-            [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
-                const std::string& phase) {
-              return c.ReduceScatter(dg, packed, out, counts, dtype, op, phase);
-            });
-      break;
-    }
+  if (g.path() == Path::kLocal) {
+    b.Local("copy", [=] { CopyElements(out, in, count, es); });
+    return Launch(what, std::move(b.phases()), state, after);
   }
+  if (g.path() == Path::kShared) {
+    const comm::Layout layout = comm::BalancedLayout(count, g.local_size);
+    b.Shared("reduce-scatter", [=](ici::Group& grp, int i, uint64_t* bytes) {
+      return grp.ReduceScatter(i, in, out, layout, dtype, op, bytes);
+    });
+    return Launch(what, std::move(b.phases()), state, after);
+  }
+  // Down the levels: the host reduces, for each of its members i', the
+  // chunks of (q, i') for every q; the slice's hosts then keep the chunks of
+  // their e; the slices finally keep their own chunk.
+  const NetPacking pack(g, count);
+  const void* packed = in;
+  if (g.local_size > 1) {
+    std::byte* reduced = state->Scratch(pack.total * es);
+    const comm::Layout layout = SharedLayout(g, count);
+    b.Shared("reduce-scatter", [=](ici::Group& grp, int i, uint64_t* bytes) {
+      return grp.ReduceScatter(i, in, reduced, layout, dtype, op, bytes);
+    });
+    packed = reduced;
+  } else if (!pack.natural && g.host_size > 1 && g.dcn_size > 1) {
+    std::byte* copy = state->Scratch(pack.total * es);
+    std::vector<comm::Segment> chunks;
+    for (int q : pack.order)
+      chunks.push_back(Chunk(g, count, g.NetRankOf(q, 0)));
+    b.Local("pack", [=] {
+      size_t at = 0;
+      for (const comm::Segment& c : chunks) {
+        CopyElements(At(copy, at, es), At(in, c.offset, es), c.count, es);
+        at += c.count;
+      }
+    });
+    packed = copy;
+  }
+  if (g.host_size == 1 || g.dcn_size == 1) {
+    // One network level: its members in packed order (or rank order).
+    const Level level = packed == in ? Level::kByRank : Level::kAll;
+    std::vector<size_t> counts;
+    if (level == Level::kByRank) {
+      for (int r = 0; r < g.size; ++r)
+        counts.push_back(Chunk(g, count, r).count);
+    } else {
+      counts = g.host_size == 1 ? pack.by_slice : pack.by_host;
+    }
+    b.Net(level, "reduce-scatter",
+          [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
+              const std::string& phase) {
+            return c.ReduceScatter(dg, packed, out, counts, dtype, op, phase);
+          });
+    return Launch(what, std::move(b.phases()), state, after);
+  }
+  std::byte* host_block = state->Scratch(pack.by_host[g.host_rank] * es);
+  const std::vector<size_t> by_host = pack.by_host, by_slice = pack.by_slice;
+  b.Net(Level::kHosts, "reduce-scatter",
+        [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
+            const std::string& phase) {
+          return c.ReduceScatter(dg, packed, host_block, by_host, dtype, op,
+                                 phase);
+        });
+  b.Net(Level::kSlices, "reduce-scatter",
+        [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
+            const std::string& phase) {
+          return c.ReduceScatter(dg, host_block, out, by_slice, dtype, op,
+                                 phase);
+        });
   return Launch(what, std::move(b.phases()), state, after);
 }
 
@@ -379,40 +547,71 @@ CollectiveHandle DeviceCollectives::AllGather(const Axes& axes, const void* in,
   const size_t es = comm::SizeOf(dtype);
   auto state = std::make_shared<OpState>();
   PhaseBuilder b(runtime_, g, counters_);
-  switch (g.path()) {
-    case Path::kLocal:
-      b.Local("copy", [=] { CopyElements(out, in, count, es); });
-      break;
-    case Path::kIci: {
-      const comm::Layout layout = comm::BalancedLayout(count, g.ici_size);
-      b.Ici("ici all-gather", [=](ici::Group& grp, int j, uint64_t* bytes) {
-        return grp.AllGather(j, in, out, layout, dtype, bytes);
-      });
-      break;
-    }
-    case Path::kDcn: {
-      const std::vector<size_t> counts = ColumnCounts(g, count, 0);
-      b.Dcn("dcn all-gather", [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
-                                  const std::string& phase) {
-        return c.AllGather(dg, in, out, counts, dtype, phase);
-      });
-      break;
-    }
-    case Path::kTwoLevel: {
-      // The column gathers the chunks at this ICI position, then the slice
-      // gathers every column's chunks.
-      const comm::Layout layout = ColumnLayout(g, count);
-      const std::vector<size_t> counts = ColumnCounts(g, count, g.ici_rank);
-      std::byte* packed = state->Scratch(Sum(counts) * es);
-      b.Dcn("dcn all-gather", [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
-                                  const std::string& phase) {
-        return c.AllGather(dg, in, packed, counts, dtype, phase);
-      });
-      b.Ici("ici all-gather", [=](ici::Group& grp, int j, uint64_t* bytes) {
-        return grp.AllGather(j, packed, out, layout, dtype, bytes);
-      });
-      break;
-    }
+  if (g.path() == Path::kLocal) {
+    b.Local("copy", [=] { CopyElements(out, in, count, es); });
+    return Launch(what, std::move(b.phases()), state, after);
+  }
+  if (g.path() == Path::kShared) {
+    const comm::Layout layout = comm::BalancedLayout(count, g.local_size);
+    b.Shared("all-gather", [=](ici::Group& grp, int i, uint64_t* bytes) {
+      return grp.AllGather(i, in, out, layout, dtype, bytes);
+    });
+    return Launch(what, std::move(b.phases()), state, after);
+  }
+  // Up the levels: the slices gather this host position's chunks of every
+  // d, the slice's hosts every e's, and the host spreads them to out.
+  const bool one_level = g.host_size == 1 || g.dcn_size == 1;
+  if (one_level && g.local_size == 1) {
+    std::vector<size_t> counts;
+    for (int r = 0; r < g.size; ++r) counts.push_back(Chunk(g, count, r).count);
+    b.Net(Level::kByRank, "all-gather",
+          [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
+              const std::string& phase) {
+            return c.AllGather(dg, in, out, counts, dtype, phase);
+          });
+    return Launch(what, std::move(b.phases()), state, after);
+  }
+  const NetPacking pack(g, count);
+  const bool direct = g.local_size == 1 && pack.natural;
+  void* packed = direct ? out : state->Scratch(pack.total * es);
+  if (one_level) {
+    const std::vector<size_t> counts =
+        g.host_size == 1 ? pack.by_slice : pack.by_host;
+    b.Net(Level::kAll, "all-gather",
+          [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
+              const std::string& phase) {
+            return c.AllGather(dg, in, packed, counts, dtype, phase);
+          });
+  } else {
+    std::byte* host_block = state->Scratch(pack.by_host[g.host_rank] * es);
+    const std::vector<size_t> by_host = pack.by_host, by_slice = pack.by_slice;
+    b.Net(Level::kSlices, "all-gather",
+          [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
+              const std::string& phase) {
+            return c.AllGather(dg, in, host_block, by_slice, dtype, phase);
+          });
+    b.Net(Level::kHosts, "all-gather",
+          [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
+              const std::string& phase) {
+            return c.AllGather(dg, host_block, packed, by_host, dtype, phase);
+          });
+  }
+  if (g.local_size > 1) {
+    const comm::Layout layout = SharedLayout(g, count);
+    b.Shared("all-gather", [=](ici::Group& grp, int i, uint64_t* bytes) {
+      return grp.AllGather(i, packed, out, layout, dtype, bytes);
+    });
+  } else if (!direct) {
+    std::vector<comm::Segment> chunks;
+    for (int q : pack.order)
+      chunks.push_back(Chunk(g, count, g.NetRankOf(q, 0)));
+    b.Local("unpack", [=] {
+      size_t at = 0;
+      for (const comm::Segment& c : chunks) {
+        CopyElements(At(out, c.offset, es), At(packed, at, es), c.count, es);
+        at += c.count;
+      }
+    });
   }
   return Launch(what, std::move(b.phases()), state, after);
 }
@@ -431,42 +630,48 @@ CollectiveHandle DeviceCollectives::Broadcast(const Axes& axes, int root,
   const size_t es = comm::SizeOf(dtype);
   auto state = std::make_shared<OpState>();
   PhaseBuilder b(runtime_, g, counters_);
-  const int root_index = static_cast<int>(
-      std::find(g.rank_of.begin(), g.rank_of.end(), root) - g.rank_of.begin());
-  const int root_d = root_index / g.ici_size, root_j = root_index % g.ici_size;
+  int root_q = 0, root_i = 0;
+  for (int q = 0; q < g.net_size; ++q) {
+    for (int i = 0; i < g.local_size; ++i) {
+      if (g.NetRankOf(q, i) == root) root_q = q, root_i = i;
+    }
+  }
   switch (g.path()) {
     case Path::kLocal:
       break;
-    case Path::kIci:
-      b.Ici("ici broadcast", [=](ici::Group& grp, int j, uint64_t* bytes) {
-        return grp.Broadcast(j, root_j, buf, count, dtype, bytes);
+    case Path::kShared:
+      b.Shared("broadcast", [=](ici::Group& grp, int i, uint64_t* bytes) {
+        return grp.Broadcast(i, root_i, buf, count, dtype, bytes);
       });
       break;
-    case Path::kDcn:
-      b.Dcn("dcn broadcast", [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
-                                 const std::string& phase) {
-        return c.Broadcast(dg, root_d, buf, count, dtype, phase);
-      });
+    case Path::kNetwork:
+      b.Net(Level::kAll, "broadcast",
+            [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
+                const std::string& phase) {
+              return c.Broadcast(dg, root_q, buf, count, dtype, phase);
+            });
       break;
     case Path::kTwoLevel: {
-      // The root's slice scatters the array over its devices, each column
-      // broadcasts its 1/k share across slices, every slice all-gathers.
-      const comm::Layout layout = comm::BalancedLayout(count, g.ici_size);
-      const comm::Segment mine = layout[g.ici_rank][0];
+      // The root's host scatters the array over its devices, each host
+      // position broadcasts its 1/k_l share to the other hosts, every host
+      // all-gathers.
+      const comm::Layout layout = comm::BalancedLayout(count, g.local_size);
+      const comm::Segment mine = layout[g.local_rank][0];
       std::byte* shard = At(buf, mine.offset, es);
-      if (g.dcn_rank == root_d) {
-        const bool is_root = g.ici_rank == root_j;
-        b.Ici("ici scatter", [=](ici::Group& grp, int j, uint64_t* bytes) {
-          return grp.Scatter(j, root_j, is_root ? buf : nullptr, shard, layout,
+      if (g.net_rank == root_q) {
+        const bool is_root = g.local_rank == root_i;
+        b.Shared("scatter", [=](ici::Group& grp, int i, uint64_t* bytes) {
+          return grp.Scatter(i, root_i, is_root ? buf : nullptr, shard, layout,
                              dtype, bytes);
         });
       }
-      b.Dcn("dcn broadcast", [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
-                                 const std::string& phase) {
-        return c.Broadcast(dg, root_d, shard, mine.count, dtype, phase);
-      });
-      b.Ici("ici all-gather", [=](ici::Group& grp, int j, uint64_t* bytes) {
-        return grp.AllGather(j, shard, buf, layout, dtype, bytes);
+      b.Net(Level::kAll, "broadcast",
+            [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
+                const std::string& phase) {
+              return c.Broadcast(dg, root_q, shard, mine.count, dtype, phase);
+            });
+      b.Shared("all-gather", [=](ici::Group& grp, int i, uint64_t* bytes) {
+        return grp.AllGather(i, shard, buf, layout, dtype, bytes);
       });
       break;
     }
@@ -483,14 +688,14 @@ CollectiveHandle DeviceCollectives::AllToAll(const Axes& axes, const void* in,
   const size_t es = comm::SizeOf(dtype);
   auto state = std::make_shared<OpState>();
   PhaseBuilder b(runtime_, g, counters_);
-  const int p = g.size, k = g.ici_size, m = g.dcn_size;
+  const int p = g.size, k = g.local_size, n = g.net_size;
   auto chunk = [=](int rank) { return comm::PartitionSegment(count, p, rank); };
   const size_t mine = chunk(g.rank).count;
   switch (g.path()) {
     case Path::kLocal:
       b.Local("copy", [=] { CopyElements(out, in, count, es); });
       break;
-    case Path::kIci: {
+    case Path::kShared: {
       comm::Layout send(k), recv(k);
       for (int i = 0; i < k; ++i) {
         for (int j = 0; j < k; ++j) {
@@ -498,86 +703,89 @@ CollectiveHandle DeviceCollectives::AllToAll(const Axes& axes, const void* in,
           recv[j].push_back({i * chunk(j).count, chunk(j).count});
         }
       }
-      b.Ici("ici all-to-all", [=](ici::Group& grp, int j, uint64_t* bytes) {
-        return grp.AllToAll(j, in, out, send, recv, dtype, bytes);
+      b.Shared("all-to-all", [=](ici::Group& grp, int i, uint64_t* bytes) {
+        return grp.AllToAll(i, in, out, send, recv, dtype, bytes);
       });
       break;
     }
-    case Path::kDcn: {
-      std::vector<size_t> send_counts, recv_counts(m, mine);
-      for (int d = 0; d < m; ++d) send_counts.push_back(chunk(d).count);
-      b.Dcn("dcn all-to-all", [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
-                                  const std::string& phase) {
-        return c.AllToAll(dg, in, out, send_counts, recv_counts, dtype, phase);
-      });
+    case Path::kNetwork: {
+      std::vector<size_t> send_counts, recv_counts(p, mine);
+      for (int r = 0; r < p; ++r) send_counts.push_back(chunk(r).count);
+      b.Net(Level::kByRank, "all-to-all",
+            [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
+                const std::string& phase) {
+              return c.AllToAll(dg, in, out, send_counts, recv_counts, dtype,
+                                phase);
+            });
       break;
     }
     case Path::kTwoLevel: {
-      // 1. Inside the slice, send each column j2 the chunks bound for column
-      //    j2 of every slice. 2. Across slices, each column sends slice d2
+      // 1. On the host, send each member i2 the chunks bound for position
+      //    i2 of every host. 2. Between hosts, each position sends host q2
       //    the chunks bound for it. Local copies reorder between the steps.
-      //    block[j2] = sum over d2 of the chunk sizes bound for (d2, j2).
+      //    block[i2] = sum over q2 of the chunk sizes bound for (q2, i2).
       std::vector<size_t> block(k, 0), block_offset(k, 0);
-      for (int j2 = 0; j2 < k; ++j2) {
-        for (int d2 = 0; d2 < m; ++d2)
-          block[j2] += chunk(g.RankOf(d2, j2)).count;
-        if (j2 > 0) block_offset[j2] = block_offset[j2 - 1] + block[j2 - 1];
+      for (int i2 = 0; i2 < k; ++i2) {
+        for (int q2 = 0; q2 < n; ++q2)
+          block[i2] += chunk(g.NetRankOf(q2, i2)).count;
+        if (i2 > 0) block_offset[i2] = block_offset[i2 - 1] + block[i2 - 1];
       }
-      const int j = g.ici_rank;
-      std::byte* by_column = state->Scratch(count * es);          // [j2][d2]
-      std::byte* from_slice = state->Scratch(k * block[j] * es);  // [i][d2]
-      std::byte* by_slice = state->Scratch(k * block[j] * es);    // [d2][i]
+      const int me = g.local_rank;
+      std::byte* by_position = state->Scratch(count * es);        // [i2][q2]
+      std::byte* from_host = state->Scratch(k * block[me] * es);  // [i][q2]
+      std::byte* by_host = state->Scratch(k * block[me] * es);    // [q2][i]
       std::byte* received = state->Scratch(static_cast<size_t>(p) * mine * es);
       comm::Layout send(k), recv(k);
       for (int i = 0; i < k; ++i) {
-        for (int j2 = 0; j2 < k; ++j2) {
-          send[i].push_back({block_offset[j2], block[j2]});
-          recv[j2].push_back({i * block[j2], block[j2]});
+        for (int i2 = 0; i2 < k; ++i2) {
+          send[i].push_back({block_offset[i2], block[i2]});
+          recv[i2].push_back({i * block[i2], block[i2]});
         }
       }
-      b.Ici("ici all-to-all", [=](ici::Group& grp, int jj, uint64_t* bytes) {
+      b.Shared("all-to-all", [=](ici::Group& grp, int ii, uint64_t* bytes) {
         size_t at = 0;
-        for (int j2 = 0; j2 < k; ++j2) {
-          for (int d2 = 0; d2 < m; ++d2) {
-            const comm::Segment c = chunk(g.RankOf(d2, j2));
-            CopyElements(At(by_column, at, es), At(in, c.offset, es), c.count,
+        for (int i2 = 0; i2 < k; ++i2) {
+          for (int q2 = 0; q2 < n; ++q2) {
+            const comm::Segment c = chunk(g.NetRankOf(q2, i2));
+            CopyElements(At(by_position, at, es), At(in, c.offset, es), c.count,
                          es);
             at += c.count;
           }
         }
         RETURN_IF_ERROR(
-            grp.AllToAll(jj, by_column, from_slice, send, recv, dtype, bytes));
-        // from_slice holds, for each source column i, one chunk per d2.
+            grp.AllToAll(ii, by_position, from_host, send, recv, dtype, bytes));
+        // from_host holds, for each source position i, one chunk per q2.
         size_t src = 0;
         for (int i = 0; i < k; ++i) {
           size_t dst_base = 0;
-          for (int d2 = 0; d2 < m; ++d2) {
-            const size_t n = chunk(g.RankOf(d2, j)).count;
-            CopyElements(At(by_slice, dst_base + i * n, es),
-                         At(from_slice, src, es), n, es);
-            src += n;
-            dst_base += k * n;
+          for (int q2 = 0; q2 < n; ++q2) {
+            const size_t c = chunk(g.NetRankOf(q2, me)).count;
+            CopyElements(At(by_host, dst_base + i * c, es),
+                         At(from_host, src, es), c, es);
+            src += c;
+            dst_base += k * c;
           }
         }
         return OkStatus();
       });
-      std::vector<size_t> send_counts, recv_counts(m, k * mine);
-      for (int d2 = 0; d2 < m; ++d2) {
-        send_counts.push_back(k * chunk(g.RankOf(d2, j)).count);
+      std::vector<size_t> send_counts, recv_counts(n, k * mine);
+      for (int q2 = 0; q2 < n; ++q2) {
+        send_counts.push_back(k * chunk(g.NetRankOf(q2, me)).count);
       }
-      b.Dcn("dcn all-to-all", [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
-                                  const std::string& phase) {
-        RETURN_IF_ERROR(c.AllToAll(dg, by_slice, received, send_counts,
-                                   recv_counts, dtype, phase));
-        // received holds sources in (d, i) order; out wants rank order.
-        for (int d = 0; d < m; ++d) {
-          for (int i = 0; i < k; ++i) {
-            CopyElements(At(out, g.RankOf(d, i) * mine, es),
-                         At(received, (d * k + i) * mine, es), mine, es);
-          }
-        }
-        return OkStatus();
-      });
+      b.Net(Level::kAll, "all-to-all",
+            [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
+                const std::string& phase) {
+              RETURN_IF_ERROR(c.AllToAll(dg, by_host, received, send_counts,
+                                         recv_counts, dtype, phase));
+              // received holds sources in (q, i) order; out wants rank order.
+              for (int q = 0; q < n; ++q) {
+                for (int i = 0; i < k; ++i) {
+                  CopyElements(At(out, g.NetRankOf(q, i) * mine, es),
+                               At(received, (q * k + i) * mine, es), mine, es);
+                }
+              }
+              return OkStatus();
+            });
       break;
     }
   }
@@ -590,16 +798,16 @@ CollectiveHandle DeviceCollectives::Barrier(const Axes& axes,
   const std::string what = Describe("barrier", g, label);
   auto state = std::make_shared<OpState>();
   PhaseBuilder b(runtime_, g, counters_);
-  auto ici_barrier = [](ici::Group& grp, int j, uint64_t*) {
-    return grp.Barrier(j);
+  auto shared_barrier = [](ici::Group& grp, int i, uint64_t*) {
+    return grp.Barrier(i);
   };
-  auto dcn_barrier = [](dcn::Communicator& c, const dcn::DcnGroup& dg,
+  auto net_barrier = [](dcn::Communicator& c, const dcn::DcnGroup& dg,
                         const std::string& phase) {
     return c.Barrier(dg, phase);
   };
-  if (g.ici_size > 1) b.Ici("ici barrier", ici_barrier);
-  if (g.dcn_size > 1) b.Dcn("dcn barrier", dcn_barrier);
-  if (g.ici_size > 1 && g.dcn_size > 1) b.Ici("ici barrier", ici_barrier);
+  if (g.local_size > 1) b.Shared("barrier", shared_barrier);
+  if (g.net_size > 1) b.Net(Level::kAll, "barrier", net_barrier);
+  if (g.local_size > 1 && g.net_size > 1) b.Shared("barrier", shared_barrier);
   return Launch(what, std::move(b.phases()), state);
 }
 

@@ -108,7 +108,7 @@ int Compare(const std::string& what, const Buffer& got,
 }
 
 // The sweep one device runs; returns the number of wrong values.
-int SweepOnDevice(Runtime& rt, int local, int* checked) {
+int SweepOnDevice(Runtime& rt, int local, size_t large, int* checked) {
   DeviceCollectives& coll = rt.collectives(local);
   const int me = rt.local_devices()[local];
   const std::vector<std::vector<std::string>> axes_sets = {
@@ -123,7 +123,7 @@ int SweepOnDevice(Runtime& rt, int local, int* checked) {
     std::string label;
     for (const std::string& a : axes) label += a + ",";
     for (DType dtype : {DType::kF32, DType::kBF16}) {
-      for (size_t count : {size_t{1}, size_t{7}, size_t{1000003}}) {
+      for (size_t count : {size_t{1}, size_t{7}, large}) {
         ++salt;
         const std::string tag = label + std::string(comm::Name(dtype)) + "," +
                                 std::to_string(count);
@@ -248,31 +248,74 @@ int CheckChainedCollectives(Runtime& rt, int local) {
   return wrong;
 }
 
-// Two-level all-reduce moves 2(m-1)/(m k) * S bytes per device over DCN.
-int CheckTwoLevelDcnBytes(Runtime& rt, int local) {
+// The bytes per device of one collective on each level against the
+// formula (docs/runtime.md, "Bytes per level"): with m slices, h hosts per
+// slice and k_l group members per host (k = h k_l per slice), an all-reduce
+// of S bytes sends 2(m-1)/(m k) S over DCN and 2(h-1)/(h k_l) S between the
+// slice's hosts; a reduce-scatter of S bytes (and an all-gather whose output
+// is S bytes) half of each.
+int CheckBytesPerLevel(Runtime& rt, int local, const char* op) {
   DeviceCollectives& coll = rt.collectives(local);
-  const AxisGroup& g = **coll.Group({"data", "fsdp"});
-  if (g.path() != Path::kTwoLevel) return 0;
-  const size_t count = 1 << 20;
-  std::vector<float> buf(count, 1.0f);
-  const uint64_t before = coll.counters().dcn_bytes_sent;
-  Status s = coll.AllReduce({"data", "fsdp"}, buf.data(), buf.data(), count,
-                            DType::kF32, ReduceOp::kSum)
-                 .Wait();
+  const Axes axes = {"data", "fsdp"};
+  const AxisGroup& g = **coll.Group(axes);
+  if (g.size == 1) return 0;
+  const size_t count = (1 << 20) + 13;
+  std::vector<float> in(count, 1.0f), out(count, 0.0f);
+  const uint64_t dcn0 = coll.counters().dcn_bytes_sent;
+  const uint64_t net0 = coll.counters().slice_net_bytes_sent;
+  const comm::Segment mine = PartitionSegment(count, g.size, g.rank);
+  Status s;
+  const std::string name = op;
+  if (name == "all_reduce") {
+    s = coll.AllReduce(axes, in.data(), out.data(), count, DType::kF32,
+                       ReduceOp::kSum)
+            .Wait();
+  } else if (name == "reduce_scatter") {
+    s = coll.ReduceScatter(axes, in.data(), out.data(), count, DType::kF32,
+                           ReduceOp::kSum)
+            .Wait();
+  } else {
+    s = coll.AllGather(axes, in.data() + mine.offset, out.data(), count,
+                       DType::kF32)
+            .Wait();
+  }
   if (!s.ok()) return 1;
-  const double m = g.dcn_size, k = g.ici_size, bytes = count * 4.0;
-  const double want = 2 * (m - 1) / (m * k) * bytes;
-  const double got =
-      static_cast<double>(coll.counters().dcn_bytes_sent - before);
-  std::printf("two-level all_reduce: %.0f DCN bytes per device, formula %.0f\n",
-              got, want);
-  return std::abs(got - want) <= 64 + 0.001 * want ? 0 : 1;
+  const double m = g.dcn_size, h = g.host_size, kl = g.local_size;
+  const double k = h * kl, bytes = count * 4.0;
+  const double factor = name == "all_reduce" ? 2 : 1;
+  const double want_dcn = factor * (m - 1) / (m * k) * bytes;
+  const double want_net = factor * (h - 1) / (h * kl) * bytes;
+  const double got_dcn = coll.counters().dcn_bytes_sent - dcn0;
+  const double got_net = coll.counters().slice_net_bytes_sent - net0;
+  // Balanced splits of an odd count differ from S/k by under one element
+  // per chunk.
+  auto near = [&](double got, double want) {
+    return std::abs(got - want) <= 16.0 * g.size + 0.001 * want;
+  };
+  if (rt.process_index() == 0 && local == 0) {
+    std::printf(
+        "%s of %zu floats over data,fsdp (m=%d h=%d k_l=%d): %.0f DCN "
+        "bytes per device (formula %.0f), %.0f between the slice's "
+        "hosts (formula %.0f)\n",
+        op, count, g.dcn_size, g.host_size, g.local_size, got_dcn, want_dcn,
+        got_net, want_net);
+  }
+  if (!near(got_dcn, want_dcn) || !near(got_net, want_net)) {
+    std::fprintf(stderr,
+                 "%s over data,fsdp (m=%d h=%d k_l=%d): %.0f DCN bytes "
+                 "(formula %.0f), %.0f slice-network bytes (formula %.0f)\n",
+                 op, g.dcn_size, g.host_size, g.local_size, got_dcn, want_dcn,
+                 got_net, want_net);
+    return 1;
+  }
+  return 0;
 }
 
 int WorkerMain(int argc, char** argv) {
   // argv: self --worker ici_data ici_fsdp ici_tensor dcn_data dcn_fsdp
-  // dcn_tensor
-  if (argc != 8) return 2;
+  // dcn_tensor [large count of the sweep]
+  if (argc != 8 && argc != 9) return 2;
+  const size_t large = argc == 9 ? std::atol(argv[8]) : 1000003;
   auto env = ReadWorkerEnv(ProcessEnvironment());
   if (!env.ok() || !env->has_value()) {
     std::fprintf(stderr, "worker environment missing\n");
@@ -297,9 +340,12 @@ int WorkerMain(int argc, char** argv) {
     volatile float tiny = 1e-39f;
     const int flushes = ThisThreadFlushesSubnormals() && tiny * 1.0f == 0.0f;
     if (!flushes) std::fprintf(stderr, "device %d keeps subnormals\n", local);
-    wrong[local] = SweepOnDevice(**rt, local, &checked[local]) +
+    wrong[local] = SweepOnDevice(**rt, local, large, &checked[local]) +
                    CheckChainedCollectives(**rt, local) +
-                   CheckTwoLevelDcnBytes(**rt, local) + (flushes ? 0 : 1);
+                   CheckBytesPerLevel(**rt, local, "all_reduce") +
+                   CheckBytesPerLevel(**rt, local, "reduce_scatter") +
+                   CheckBytesPerLevel(**rt, local, "all_gather") +
+                   (flushes ? 0 : 1);
     return OkStatus();
   });
   int total_wrong = 0, total_checked = 0;
@@ -327,6 +373,49 @@ TEST_P(CollectivesTest, EveryOpPathDtypeAndReductionMatchesTheReference) {
   LaunchResult result = testing::RunSelfAsWorkers(c.slices, c.devices, args);
   EXPECT_EQ(result.exit_code, 0) << "failed worker " << result.failed_worker;
 }
+
+// Slices of several hosts (a TPU type run on CPU devices: each host a worker
+// process of chips-per-host devices): axes inside a host, across the hosts
+// of a slice, across slices, and all three at once.
+struct MultiHostCase {
+  std::string type;
+  int slices;
+  std::array<int, 3> ici, dcn;
+};
+
+class MultiHostCollectivesTest
+    : public ::testing::TestWithParam<MultiHostCase> {};
+
+TEST_P(MultiHostCollectivesTest, EveryOpMatchesTheReferenceAcrossHosts) {
+  const MultiHostCase& c = GetParam();
+  std::vector<std::string> args = {"--worker"};
+  for (int v : c.ici) args.push_back(std::to_string(v));
+  for (int v : c.dcn) args.push_back(std::to_string(v));
+  args.push_back("65537");  // up to 32 devices: a smaller large size
+  LaunchResult result = testing::RunSelfAsWorkersOf(c.type, c.slices, args);
+  EXPECT_EQ(result.exit_code, 0) << "failed worker " << result.failed_worker;
+}
+
+// v4-16: 2 hosts of 4 devices; v5litepod-16: 4 hosts of 4.
+INSTANTIATE_TEST_SUITE_P(
+    Slices, MultiHostCollectivesTest,
+    ::testing::Values(MultiHostCase{"v4-16", 1, {1, 8, 1}, {1, 1, 1}},
+                      MultiHostCase{"v4-16", 1, {2, 4, 1}, {1, 1, 1}},
+                      MultiHostCase{"v4-16", 1, {1, 4, 2}, {1, 1, 1}},
+                      MultiHostCase{"v4-16", 2, {1, 8, 1}, {2, 1, 1}},
+                      MultiHostCase{"v4-16", 2, {2, 2, 2}, {1, 2, 1}},
+                      MultiHostCase{"v4-16", 3, {4, 2, 1}, {3, 1, 1}},
+                      MultiHostCase{"v5litepod-16", 1, {1, 4, 4}, {1, 1, 1}},
+                      MultiHostCase{"v5litepod-16", 2, {1, 16, 1}, {2, 1, 1}}),
+    [](const ::testing::TestParamInfo<MultiHostCase>& info) {
+      const MultiHostCase& c = info.param;
+      std::string type = c.type;
+      std::replace(type.begin(), type.end(), '-', '_');
+      return type + "x" + std::to_string(c.slices) + "_ici" +
+             std::to_string(c.ici[0]) + std::to_string(c.ici[1]) +
+             std::to_string(c.ici[2]) + "_dcn" + std::to_string(c.dcn[0]) +
+             std::to_string(c.dcn[1]) + std::to_string(c.dcn[2]);
+    });
 
 // The same job meeting in a Redis store instead of a directory, as workers
 // on several machines would.

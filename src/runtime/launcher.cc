@@ -15,6 +15,7 @@
 #include <filesystem>
 
 #include "common/temp_dir.h"
+#include "runtime/mesh/topology.h"
 
 extern char** environ;
 
@@ -260,15 +261,17 @@ LaunchResult RunWorkers(const LaunchOptions& options) {
 std::vector<WorkerProcess> LocalWorkers(const LocalJobOptions& options,
                                         const std::string& store_dir) {
   std::vector<WorkerProcess> workers;
-  for (int s = 0; s < options.num_slices; ++s) {
+  const int hosts = HostsPerSlice(options.accelerator_type);
+  for (int index = 0; index < options.num_slices * hosts; ++index) {
+    const int s = index / hosts;
     WorkerEnv w;
     w.coordinator_address = options.store_address.empty()
                                 ? "file://" + store_dir
                                 : options.store_address;
     w.num_slices = options.num_slices;
     w.slice_id = s;
-    w.worker_id = 0;
-    w.worker_hostnames = {"127.0.0.1"};
+    w.worker_id = index % hosts;
+    w.worker_hostnames.assign(hosts, "127.0.0.1");
     w.accelerator_type = options.accelerator_type;
     w.run_id = options.run_id.empty() ? "local-" + std::to_string(::getpid())
                                       : options.run_id;
@@ -280,10 +283,15 @@ std::vector<WorkerProcess> LocalWorkers(const LocalJobOptions& options,
     p.env.push_back(std::string("MULTISLICE_PROGRESS=") +
                     (ShowProgress() ? "1" : "0"));
     p.prefix = "[" + w.name() + "] ";
-    p.prefix_stdout = !(options.raw_stdout_of_first_worker && s == 0);
+    p.prefix_stdout = !(options.raw_stdout_of_first_worker && index == 0);
     workers.push_back(std::move(p));
   }
   return workers;
+}
+
+int HostsPerSlice(const std::string& accelerator_type) {
+  auto type = mesh::ParseAcceleratorType(accelerator_type);
+  return type.ok() ? type->hosts_per_slice() : 1;
 }
 
 int RunLocalJob(const LocalJobOptions& options,
@@ -303,11 +311,15 @@ int RunLocalJob(const LocalJobOptions& options,
   LaunchOptions launch;
   launch.workers = LocalWorkers(options, store_dir.path());
   LaunchResult result = RunWorkers(launch);
+  const int hosts = HostsPerSlice(options.accelerator_type);
   if (result.exit_code != 0 && result.failed_worker >= 0) {
-    std::fprintf(stderr,
-                 "multislice: %s exited with code %d; stopped the "
-                 "other workers\n",
-                 WorkerName(result.failed_worker, 0).c_str(), result.exit_code);
+    std::fprintf(
+        stderr,
+        "multislice: %s exited with code %d; stopped the "
+        "other workers\n",
+        WorkerName(result.failed_worker / hosts, result.failed_worker % hosts)
+            .c_str(),
+        result.exit_code);
   }
   return result.exit_code;
 }

@@ -54,7 +54,7 @@ LaunchResult RunWorkers(const LaunchOptions& options);
 
 struct LocalJobOptions {
   int num_slices = 1;
-  std::string accelerator_type;  // e.g. cpu-4 (one host per slice)
+  std::string accelerator_type;  // e.g. cpu-4, or v4-16 (2 hosts per slice)
   std::string run_id;            // default: "local-<pid>"
   int attempt = 0;
   // The rendezvous store; empty means file:// in a fresh temporary directory.
@@ -67,14 +67,19 @@ struct LocalJobOptions {
 };
 
 // The worker processes of a local job whose store is the directory
-// `store_dir`: one per slice, each re-running options.argv with argv[0]
-// replaced by this executable and the worker environment set.
+// `store_dir`: one per host of every slice (slice-major, TPU_WORKER_ID
+// minor, so index = JAX's process index), each re-running options.argv with
+// argv[0] replaced by this executable and the worker environment set; every
+// host's address is 127.0.0.1.
 std::vector<WorkerProcess> LocalWorkers(const LocalJobOptions& options,
                                         const std::string& store_dir);
 
 // Runs `worker_main` here when the worker environment is present (returning
 // its exit code), else launches the local slices as described above.
 // Returns 2 with a one-line message when the environment is malformed.
+// Hosts per slice of an accelerator type (1 when it does not parse).
+int HostsPerSlice(const std::string& accelerator_type);
+
 int RunLocalJob(const LocalJobOptions& options,
                 const std::function<int(const WorkerEnv&)>& worker_main);
 

@@ -32,10 +32,6 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(
   const WorkerEnv& env = options.env;
   ASSIGN_OR_RETURN(rt->accelerator_,
                    mesh::ParseAcceleratorType(env.accelerator_type));
-  if (!rt->accelerator_.runnable) {
-    return InvalidArgument("accelerator type '" + env.accelerator_type +
-                           "' can be planned for but not run here: use cpu-N");
-  }
   ASSIGN_OR_RETURN(rt->parallelism_,
                    mesh::ResolveParallelism(
                        options.parallelism,
@@ -58,7 +54,7 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(
                      env.run_id + "/" + std::to_string(env.attempt) + "/",
                      options.timeout));
   rt->ici_domain_ = std::make_unique<ici::Domain>(options.timeout);
-  if (env.num_slices > 1) {
+  if (rt->process_count() > 1) {
     std::vector<std::string> names;
     for (int p = 0; p < rt->process_count(); ++p) {
       const int hosts = rt->accelerator_.hosts_per_slice();

@@ -17,24 +17,35 @@
 
 namespace multislice::runtime::testing {
 
-// Runs `args` (after argv[0]) in `num_slices` local workers of this test
-// binary with a cpu-`devices` accelerator; returns the launcher's result.
-// `store_address` empty: a file:// store in a temporary directory.
-inline LaunchResult RunSelfAsWorkers(int num_slices, int devices,
-                                     const std::vector<std::string>& args,
-                                     const std::string& run_id = "test",
-                                     const std::string& store_address = "") {
+// Runs `args` (after argv[0]) in the local workers of this test binary for
+// `num_slices` slices of `accelerator_type` (one worker per host of each
+// slice); returns the launcher's result. `store_address` empty: a file://
+// store in a temporary directory.
+inline LaunchResult RunSelfAsWorkersOf(const std::string& accelerator_type,
+                                       int num_slices,
+                                       const std::vector<std::string>& args,
+                                       const std::string& run_id = "test",
+                                       const std::string& store_address = "") {
   TempDir store("multislice-test-");
   LocalJobOptions job;
   job.store_address = store_address;
   job.num_slices = num_slices;
-  job.accelerator_type = "cpu-" + std::to_string(devices);
+  job.accelerator_type = accelerator_type;
   job.run_id = run_id;
   job.argv = {"self"};
   job.argv.insert(job.argv.end(), args.begin(), args.end());
   LaunchOptions launch;
   launch.workers = LocalWorkers(job, store.path());
   return RunWorkers(launch);
+}
+
+// The same with a cpu-`devices` accelerator (one host per slice).
+inline LaunchResult RunSelfAsWorkers(int num_slices, int devices,
+                                     const std::vector<std::string>& args,
+                                     const std::string& run_id = "test",
+                                     const std::string& store_address = "") {
+  return RunSelfAsWorkersOf("cpu-" + std::to_string(devices), num_slices, args,
+                            run_id, store_address);
 }
 
 // Element access for f32 and bf16 buffers held as bytes.

@@ -68,12 +68,15 @@ inline size_t OwnedCount(const Layout& layout, int r) {
 }
 
 // Bytes a device has sent, by link. ICI bytes are those that left the
-// device's own buffers for another device's (read by a peer or written into
-// a peer's buffer), so that shared-memory algorithms are counted as a ring
-// would count them. Updated by the device's communication threads; read at
-// any time.
+// device's own buffers for another device's on the same host (read by a peer
+// or written into a peer's buffer), so that shared-memory algorithms are
+// counted as a ring would count them. Slice-network bytes went to another
+// host of the same slice (ICI on a TPU; the network here), DCN bytes to
+// another slice. Updated by the device's communication threads; read at any
+// time.
 struct TrafficCounters {
   std::atomic<uint64_t> ici_bytes_sent{0};
+  std::atomic<uint64_t> slice_net_bytes_sent{0};
   std::atomic<uint64_t> dcn_bytes_sent{0};
 };
 

@@ -1,5 +1,6 @@
-// Accelerator types: the table of TPU families we model for planning and the
-// runnable `cpu-N` type, and the devices of a multislice job.
+// Accelerator types: the table of TPU families we model (and run on CPU
+// devices, one worker per host of the type), the `cpu-N` type, and the
+// devices of a multislice job.
 //
 // Sources of the numbers (public Cloud TPU documentation):
 //   v4:        275 TFLOP/s bf16 per chip, 4 chips per host, 50 Gbit/s DCN
@@ -25,8 +26,8 @@ namespace multislice::mesh {
 namespace {
 
 constexpr char kKnownTypes[] =
-    "expected one of v4-N, v5p-N, v5litepod-N, v6e-N (TPU, for planning) or "
-    "cpu-N (runnable here)";
+    "expected one of v4-N, v5p-N, v5litepod-N, v6e-N (TPU) or "
+    "cpu-N (CPU devices)";
 
 // The most CPU devices a `cpu-N` slice may have: each device is a thread of
 // one process, and more than this is a typo rather than a plan.
@@ -125,7 +126,6 @@ Result<AcceleratorType> ParseAcceleratorType(std::string_view name) {
     type.num_chips = static_cast<int>(n);
     type.cores_per_chip = 1;
     type.chips_per_host = static_cast<int>(n);
-    type.runnable = true;
     return type;
   }
   return UnknownType(name);

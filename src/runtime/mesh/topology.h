@@ -1,10 +1,13 @@
 // Accelerator types and the devices of a job.
 //
 // TPU names (`v4-N`, `v5litepod-N`, `v5p-N`, `v6e-N`) are modelled for
-// planning: chips, TensorCores per chip, chips per host, peak bf16 FLOP/s and
-// DCN bandwidth per host. `cpu-N` is the runnable local type: N CPU devices
-// (threads) on one host. A device is what JAX calls a device: a chip (v4 and
-// v5p run their two TensorCores as one megacore device) or a CPU device.
+// planning (chips, TensorCores per chip, chips per host, peak bf16 FLOP/s
+// and DCN bandwidth per host) and run on CPU devices: each host of the type
+// holds its chips-per-host count of CPU devices, so a v4-16 runs as 2 worker
+// processes of 4 devices (the figures then say nothing about a TPU). `cpu-N`
+// is N CPU devices (threads) on one host. A device is what JAX calls a
+// device: a chip (v4 and v5p run their two TensorCores as one megacore
+// device) or a CPU device.
 #pragma once
 
 #include <string>
@@ -23,7 +26,6 @@ struct AcceleratorType {
   int chips_per_host = 1;
   double peak_bf16_flops_per_chip = 0;      // FLOP/s; 0 for cpu (measured)
   double dcn_bits_per_second_per_host = 0;  // 0 for cpu (measured)
-  bool runnable = false;  // true when this machine can run it (cpu-N)
 
   int devices_per_slice() const { return num_chips; }
   int hosts_per_slice() const {
@@ -37,7 +39,7 @@ struct AcceleratorType {
 // Parses an accelerator type. An unknown or malformed name is
 // kInvalidArgument with one sentence that names it and lists the known
 // families, e.g. "unknown accelerator type 'v9-8': expected one of v4-N,
-// v5p-N, v5litepod-N, v6e-N (TPU, for planning) or cpu-N (runnable here)";
+// v5p-N, v5litepod-N, v6e-N (TPU) or cpu-N (CPU devices)";
 // a bad size for a known family names the valid sizes. Valid sizes: v4-N, N
 // a multiple of 8 from 8 to 8192; v5p-N, a multiple of 8 from 8 to 12288;
 // v5litepod-N and v6e-N, N one of 1, 4, 8, 16, 32, 64, 128, 256; cpu-N, N

@@ -8,8 +8,8 @@ namespace multislice::mesh {
 namespace {
 
 constexpr char kKnownFamilies[] =
-    "expected one of v4-N, v5p-N, v5litepod-N, v6e-N (TPU, for planning) or "
-    "cpu-N (runnable here)";
+    "expected one of v4-N, v5p-N, v5litepod-N, v6e-N (TPU) or "
+    "cpu-N (CPU devices)";
 
 AcceleratorType Parse(const std::string& name) {
   Result<AcceleratorType> type = ParseAcceleratorType(name);
@@ -36,7 +36,6 @@ TEST(TopologyTest, V4CountsTensorCoresTwoPerChipFourChipsPerHost) {
   EXPECT_EQ(t.hosts_per_slice(), 2);
   EXPECT_DOUBLE_EQ(t.peak_bf16_flops_per_chip, 275e12);
   EXPECT_DOUBLE_EQ(t.dcn_bits_per_second_per_host, 50e9);
-  EXPECT_FALSE(t.runnable);
 
   AcceleratorType small = Parse("v4-8");
   EXPECT_EQ(small.num_chips, 4);
@@ -107,7 +106,6 @@ TEST(TopologyTest, CpuIsRunnableOnOneHost) {
   EXPECT_EQ(t.chips_per_host, 4);
   EXPECT_EQ(t.devices_per_slice(), 4);
   EXPECT_EQ(t.hosts_per_slice(), 1);
-  EXPECT_TRUE(t.runnable);
   EXPECT_EQ(Parse("cpu-1").num_chips, 1);
   EXPECT_EQ(Parse("cpu-4096").hosts_per_slice(), 1);
 }
@@ -121,8 +119,8 @@ TEST(TopologyTest, UnknownOrMalformedTypesListTheKnownFamilies) {
   }
   ExpectInvalid("v9-8",
                 "unknown accelerator type 'v9-8': expected one of v4-N, "
-                "v5p-N, v5litepod-N, v6e-N (TPU, for planning) or cpu-N "
-                "(runnable here)");
+                "v5p-N, v5litepod-N, v6e-N (TPU) or cpu-N "
+                "(CPU devices)");
 }
 
 TEST(TopologyTest, BadSizesNameTheValidSizes) {

@@ -292,6 +292,8 @@ struct CommunicatorState {
 
   std::map<uint32_t, uint16_t> next_seq;  // by group id
   std::atomic<uint64_t> bytes_sent{0};
+  // By destination rank; only the communicator's own thread writes them.
+  std::vector<std::atomic<uint64_t>> bytes_sent_to;
   Status broken;  // The first transport failure; ok while healthy.
   Scratch receive_slots;
   Scratch scratch;
@@ -376,6 +378,7 @@ class Op {
       return Fail(to, e, /*timed_out=*/false);
     }
     impl_.bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
+    impl_.bytes_sent_to[Rank(to)].fetch_add(bytes, std::memory_order_relaxed);
     return OkStatus();
   }
 
@@ -694,6 +697,8 @@ Result<std::unique_ptr<Communicator>> Communicator::Connect(
 
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  impl->bytes_sent_to =
+      std::vector<std::atomic<uint64_t>>(std::max(options.size, 1));
   if (impl->options.peer_names.empty()) {
     for (int r = 0; r < options.size; ++r) {
       impl->options.peer_names.push_back("rank " + std::to_string(r));
@@ -747,6 +752,7 @@ Result<std::unique_ptr<Communicator>> Communicator::Connect(
   if (!joined.ok()) return joined;
   // bytes_sent() counts the collectives' traffic only.
   impl->bytes_sent.store(0);
+  for (auto& b : impl->bytes_sent_to) b.store(0);
   return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
 }
 
@@ -755,6 +761,13 @@ int Communicator::size() const { return impl_->options.size; }
 
 uint64_t Communicator::bytes_sent() const {
   return impl_->bytes_sent.load(std::memory_order_relaxed);
+}
+
+uint64_t Communicator::bytes_sent_to(int rank) const {
+  if (rank < 0 || rank >= static_cast<int>(impl_->bytes_sent_to.size())) {
+    return 0;
+  }
+  return impl_->bytes_sent_to[rank].load(std::memory_order_relaxed);
 }
 
 std::shared_ptr<gloo::Context> Communicator::gloo_context() {

@@ -101,6 +101,8 @@ class Communicator {
 
   // Total bytes this process has sent through this communicator.
   uint64_t bytes_sent() const;
+  // The part of it sent to communicator rank `rank`.
+  uint64_t bytes_sent_to(int rank) const;
 
   // The underlying Gloo context, for baselines that run Gloo's own
   // algorithms on the same connections.
