@@ -225,8 +225,8 @@ void ExpectLossesFrom(const nlohmann::json& resumed, int64_t restored,
   }
 }
 
-// One device and the meshes 1x2 fsdp, 2x1 data over DCN and 2x2 train the
-// same global batch of 8 rows: in f32, the losses of 3 steps and the first
+// One device and the meshes 1x2 fsdp, 2x1 data over DCN, 2x2 and a v4-16
+// slice (fsdp 8 over 2 hosts) train the same global batch of 8 rows: in f32, the losses of 3 steps and the first
 // step's gradient (AdamW's m after step 1 is 0.1 x the clipped gradient)
 // agree within 1e-5 relative, and the weights after 3 steps within 1e-4
 // (AdamW divides by sqrt(v), which magnifies rounding where gradients are
@@ -256,6 +256,12 @@ TEST_F(TrainCommandTest, EveryMeshMatchesOneDevice) {
       {"mesh2x2",
        {"per_device_batch_size=2", "ici_fsdp_parallelism=2",
         "dcn_data_parallelism=2", "--accelerator_type", "cpu-2"}},
+      // A slice of 2 hosts (2 worker processes of 4 devices), fsdp over
+      // both: its checkpoint is written as one shard file per host.
+      {"v4_16_fsdp8",
+       {"per_device_batch_size=1", "ici_fsdp_parallelism=8",
+        "dcn_data_parallelism=1", "--num_slices", "1", "--accelerator_type",
+        "v4-16"}},
   };
   for (const Mesh& mesh : meshes) {
     nlohmann::json result = Train(
@@ -389,6 +395,7 @@ TEST_F(TrainCommandTest, CheckpointReshardsOntoOtherMeshes) {
   fs::remove_all(RunDir("saved") + "/checkpoints/10");
   fs::copy(RunDir("saved"), RunDir("to1x1"), fs::copy_options::recursive);
   fs::copy(RunDir("saved"), RunDir("to1x4"), fs::copy_options::recursive);
+  fs::copy(RunDir("saved"), RunDir("tov4"), fs::copy_options::recursive);
   const std::vector<double> expected(unmoved.begin() + 5, unmoved.end());
 
   nlohmann::json one =
@@ -407,6 +414,16 @@ TEST_F(TrainCommandTest, CheckpointReshardsOntoOtherMeshes) {
             "to1x4");
   EXPECT_EQ(four.value("restored_step", int64_t{-1}), 5);
   ExpectClose(Losses(four), expected, 1e-5, "2x2 -> 1x4");
+
+  // Onto one v4-16 slice: 2 hosts of 4 devices, fsdp over all 8.
+  nlohmann::json v4 =
+      Train({"run_name=tov4", "steps=10", "checkpoint_period=5",
+             "per_device_batch_size=1", "ici_fsdp_parallelism=8",
+             "dcn_data_parallelism=1", "--num_slices", "1",
+             "--accelerator_type", "v4-16"},
+            "tov4");
+  EXPECT_EQ(v4.value("restored_step", int64_t{-1}), 5);
+  ExpectClose(Losses(v4), expected, 1e-5, "2x2 -> v4-16 (2 hosts)");
 }
 
 // A checkpoint written with the kernels capped at the x86-64 baseline (no
