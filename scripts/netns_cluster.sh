@@ -60,6 +60,10 @@ Options:
   --keep_workdir         keep --workdir (logs) at the end
   -h, --help             this text
 
+Environment: MULTISLICE_BINARY, the multislice binary to run (default
+build/bin/multislice of this checkout); its folder goes first on COMMAND's
+PATH.
+
 Example (the seed's tutorial on 2 slices of v4-16, 2 hosts of 4 chips each,
 over a 1 Gbit/s DCN, a spare host for repairs):
   sudo scripts/netns_cluster.sh --hosts 5 --accelerator_type v4-16 -- bash -c '
@@ -103,7 +107,7 @@ if [ "$check_links" = 1 ] && ! command -v python3 >/dev/null; then
   echo "$prog: --check_links needs python3" >&2; exit 2
 fi
 
-bin="$root/build/bin/multislice"
+bin="${MULTISLICE_BINARY:-$root/build/bin/multislice}"
 [ -x "$bin" ] || { echo "$prog: $bin is missing: run scripts/build.sh" >&2; exit 2; }
 if [ -z "$hosts_per_slice" ]; then
   # The type's hosts per slice: the distinct hosts of its one-slice mesh.
@@ -266,7 +270,7 @@ echo "$prog: $hosts hosts ($type, $hosts_per_slice per slice) in namespaces" \
 
 export MULTISLICE_CONTROLLER=http://10.201.0.1:8470 MULTISLICE_TOKEN_FILE="$token"
 export MULTISLICE_CLUSTER_HOSTS="$cluster_hosts"
-export PATH="$root/build/bin:$PATH"
+export PATH="$(dirname "$bin"):$PATH"
 ip netns exec "$ctl" "$bin" admin wait-ready --timeout_seconds 30 >/dev/null
 # Every agent registered before COMMAND runs.
 for _ in $(seq 300); do
