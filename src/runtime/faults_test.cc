@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <thread>
 
@@ -26,8 +27,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Worker: all-reduces 64 MiB over the DCN axis in a loop until killed or
-// `seconds` have passed; prints "ready" after the first one.
+// Worker: all-reduces over every device (data across slices, fsdp across
+// the hosts of a slice) in a loop until killed or `seconds` have passed;
+// prints "ready" after the first one. 64 MiB per device on one host per
+// slice, 16 MiB when a slice has several.
 int WorkerMain(int argc, char** argv) {
   if (argc != 3) return 2;
   const int timeout_seconds = std::atoi(argv[2]);
@@ -35,6 +38,7 @@ int WorkerMain(int argc, char** argv) {
   if (!env.ok() || !env->has_value()) return 2;
   RuntimeOptions options;
   options.env = **env;
+  options.parallelism.ici = {1, -1, 1};
   options.parallelism.dcn = {-1, 1, 1};
   options.timeout = std::chrono::seconds(timeout_seconds);
   auto rt = Runtime::Create(options);
@@ -43,13 +47,15 @@ int WorkerMain(int argc, char** argv) {
                  rt.status().message().c_str());
     return ExitCodeFor(rt.status());
   }
+  const size_t count =
+      (*rt)->accelerator().hosts_per_slice() > 1 ? 4 << 20 : 16 << 20;
   Status s = (*rt)->RunOnDevices([&](int local) -> Status {
-    std::vector<float> buf(16 << 20, 1.0f);
+    std::vector<float> buf(count, 1.0f);
     auto start = Clock::now();
     for (int i = 0; Clock::now() - start < std::chrono::seconds(120); ++i) {
       RETURN_IF_ERROR((*rt)
                           ->collectives(local)
-                          .AllReduce({"data"}, buf.data(), buf.data(),
+                          .AllReduce({"data", "fsdp"}, buf.data(), buf.data(),
                                      buf.size(), comm::DType::kF32,
                                      comm::ReduceOp::kSum, "fault-loop")
                           .Wait());
@@ -74,8 +80,10 @@ std::string ReadFile(const std::string& path) {
 class Worker {
  public:
   Worker(const WorkerEnv& env, const std::string& dir, int timeout_seconds) {
-    out_ = dir + "/out" + std::to_string(env.slice_id);
-    err_ = dir + "/err" + std::to_string(env.slice_id);
+    const std::string id =
+        std::to_string(env.slice_id) + "." + std::to_string(env.worker_id);
+    out_ = dir + "/out" + id;
+    err_ = dir + "/err" + id;
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, 1, out_.c_str(),
@@ -132,15 +140,31 @@ class Worker {
   std::string out_, err_;
 };
 
-WorkerEnv Env(const std::string& store, int slice, int attempt) {
+WorkerEnv Env(const std::string& store, int slice, int attempt,
+              const std::string& type = "cpu-1", int worker = 0) {
   WorkerEnv env;
   env.coordinator_address = "file://" + store;
   env.num_slices = 2;
   env.slice_id = slice;
-  env.accelerator_type = "cpu-1";
+  env.worker_id = worker;
+  env.accelerator_type = type;
+  env.worker_hostnames.assign(HostsPerSlice(type), "127.0.0.1");
   env.run_id = "faults";
   env.attempt = attempt;
   return env;
+}
+
+// The four workers of 2 slices of v4-16 (2 hosts of 4 devices each).
+std::vector<std::unique_ptr<Worker>> TwoSlicesOfTwoHosts(const std::string& dir,
+                                                         int timeout) {
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (int slice = 0; slice < 2; ++slice) {
+    for (int host = 0; host < 2; ++host) {
+      workers.push_back(std::make_unique<Worker>(
+          Env(dir, slice, 0, "v4-16", host), dir, timeout));
+    }
+  }
+  return workers;
 }
 
 TEST(FaultsTest, KilledPeerMidAllReduceEndsTheSurvivorWithinTheTimeout) {
@@ -159,8 +183,63 @@ TEST(FaultsTest, KilledPeerMidAllReduceEndsTheSurvivorWithinTheTimeout) {
   const std::string err = survivor.err();
   EXPECT_NE(err.find("slice 0 worker 0"), std::string::npos) << err;
   EXPECT_NE(err.find("slice 1 worker 0"), std::string::npos) << err;
-  EXPECT_NE(err.find("all_reduce[data]"), std::string::npos) << err;
+  EXPECT_NE(err.find("all_reduce[data,fsdp]"), std::string::npos) << err;
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+}
+
+// Slices of two hosts: kill -9 of one host's worker (slice 0 worker 1) in
+// the middle of an all-reduce that crosses hosts and slices. Each of the
+// three others exits 1 within the timeout with one line that names it and
+// the collective.
+TEST(FaultsTest, KilledHostOfAMultiHostSliceEndsEveryOtherWorker) {
+  TempDir dir;
+  const int timeout = 10;
+  auto workers = TwoSlicesOfTwoHosts(dir.path(), timeout);
+  Worker& victim = *workers[1];
+  for (auto& w : workers) {
+    ASSERT_TRUE(w->WaitForOutput("ready", std::chrono::seconds(60)))
+        << w->err();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(::kill(victim.pid(), SIGKILL), 0);
+  const auto killed_at = Clock::now();
+  EXPECT_EQ(victim.WaitForExit(std::chrono::seconds(10)), 128 + SIGKILL);
+  for (size_t i : {0, 2, 3}) {
+    EXPECT_EQ(workers[i]->WaitForExit(std::chrono::seconds(timeout + 5)), 1)
+        << "worker " << i;
+    const std::string err = workers[i]->err();
+    std::printf("worker %zu: %s", i, err.c_str());
+    EXPECT_NE(err.find("slice 0 worker 1"), std::string::npos)
+        << "worker " << i << ": " << err;
+    EXPECT_NE(err.find("all_reduce[data,fsdp]"), std::string::npos) << err;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  }
+  EXPECT_LT(Clock::now() - killed_at, std::chrono::seconds(timeout));
+}
+
+// Slices of two hosts: SIGSTOP of one host (slice 1 worker 0). Each of the
+// others exits 1 within the timeout naming it; nothing hangs.
+TEST(FaultsTest, StoppedHostOfAMultiHostSliceTimesOutEveryOtherWorker) {
+  TempDir dir;
+  const int timeout = 4;
+  auto workers = TwoSlicesOfTwoHosts(dir.path(), timeout);
+  Worker& victim = *workers[2];
+  for (auto& w : workers) {
+    ASSERT_TRUE(w->WaitForOutput("ready", std::chrono::seconds(60)))
+        << w->err();
+  }
+  ASSERT_EQ(::kill(victim.pid(), SIGSTOP), 0);
+  const auto stopped_at = Clock::now();
+  for (size_t i : {0, 1, 3}) {
+    EXPECT_EQ(workers[i]->WaitForExit(std::chrono::seconds(timeout + 10)), 1)
+        << "worker " << i;
+    const std::string err = workers[i]->err();
+    std::printf("worker %zu: %s", i, err.c_str());
+    EXPECT_NE(err.find("slice 1 worker 0"), std::string::npos)
+        << "worker " << i << ": " << err;
+  }
+  EXPECT_LT(Clock::now() - stopped_at, std::chrono::seconds(timeout + 5));
+  ::kill(victim.pid(), SIGKILL);
 }
 
 TEST(FaultsTest, PeerThatStopsAnsweringTimesOut) {
@@ -176,7 +255,7 @@ TEST(FaultsTest, PeerThatStopsAnsweringTimesOut) {
   EXPECT_LT(Clock::now() - stopped_at, std::chrono::seconds(timeout + 5));
   const std::string err = survivor.err();
   EXPECT_NE(err.find("slice 1 worker 0"), std::string::npos) << err;
-  EXPECT_NE(err.find("all_reduce[data]"), std::string::npos) << err;
+  EXPECT_NE(err.find("all_reduce[data,fsdp]"), std::string::npos) << err;
   ::kill(victim.pid(), SIGKILL);
 }
 

@@ -3,11 +3,13 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <mutex>
 #include <thread>
 
 #include "common/float_env.h"
+#include "runtime/first_failure.h"
 
 namespace multislice::runtime {
 
@@ -53,7 +55,10 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(
       dcn::OpenStore(rt->store_address_,
                      env.run_id + "/" + std::to_string(env.attempt) + "/",
                      options.timeout));
-  rt->ici_domain_ = std::make_unique<ici::Domain>(options.timeout);
+  // A device waiting on a member of its own host waits twice the network's
+  // timeout: that member may be waiting on a peer host, whose loss it then
+  // reports first, by name, instead of this device reporting a stuck member.
+  rt->ici_domain_ = std::make_unique<ici::Domain>(options.timeout * 2);
   if (rt->process_count() > 1) {
     std::vector<std::string> names;
     for (int p = 0; p < rt->process_count(); ++p) {
@@ -82,15 +87,39 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(
   return rt;
 }
 
+Status Runtime::WithFirstFailure(const Status& failure) {
+  int lost = -1;
+  for (const auto& comm : dcn_) {
+    if (comm->broken_peer() >= 0) {
+      lost = comm->broken_peer();
+      break;
+    }
+  }
+  if (lost < 0 || !store_) return failure;
+  const int me = process_index();
+  RecordLost(*store_, me, lost);
+  const auto wait =
+      std::clamp(options_.timeout / 4, std::chrono::milliseconds(100),
+                 std::chrono::milliseconds(2000));
+  const std::optional<int> first =
+      FirstFailure(me, lost, process_count(), StoreLostRecords(*store_), wait);
+  if (!first.has_value() || *first == lost) return failure;
+  const int hosts = accelerator_.hosts_per_slice();
+  return Status(failure.code(), failure.message() +
+                                    "; the failure started at " +
+                                    WorkerName(*first / hosts, *first % hosts));
+}
+
 Status Runtime::RunOnDevices(const std::function<Status(int)>& fn) {
   const int n = static_cast<int>(local_devices_.size());
   std::vector<Status> results(n);
   std::mutex mu;
   bool reported = false;
-  auto report = [&](const Status& s) {
+  auto report = [&](const Status& failure) {
     std::lock_guard<std::mutex> lock(mu);
     if (reported) return;
     reported = true;
+    const Status s = WithFirstFailure(failure);
     if (options_.on_device_error) {
       options_.on_device_error(s);
       return;

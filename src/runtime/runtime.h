@@ -81,6 +81,9 @@ class Runtime {
 
  private:
   explicit Runtime(const RuntimeOptions& options);
+  // `failure`, naming the worker it started at when a peer's loss made this
+  // one fail (first_failure.h).
+  Status WithFirstFailure(const Status& failure);
 
   RuntimeOptions options_;
   mesh::AcceleratorType accelerator_;

@@ -295,6 +295,7 @@ struct CommunicatorState {
   // By destination rank; only the communicator's own thread writes them.
   std::vector<std::atomic<uint64_t>> bytes_sent_to;
   Status broken;  // The first transport failure; ok while healthy.
+  std::atomic<int> broken_peer{-1};  // the rank that failure names
   Scratch receive_slots;
   Scratch scratch;
 
@@ -308,9 +309,10 @@ struct CommunicatorState {
     return options.peer_names[rank];
   }
 
-  Status MarkBroken(Status status) {
+  Status MarkBroken(Status status, int peer = -1) {
     if (broken.ok()) {
       broken = status;
+      broken_peer = peer;
       try {
         context->closeConnections();
       } catch (const std::exception&) {
@@ -446,12 +448,15 @@ class Op {
   Status Failure(int member, const std::string& error, bool timed_out) {
     const std::string& peer = impl_.PeerName(Rank(member));
     if (timed_out) {
-      return impl_.MarkBroken(DeadlineExceeded(
-          peer + " did not answer within " + Seconds(impl_.options.timeout) +
-          " s during " + phase_));
+      return impl_.MarkBroken(
+          DeadlineExceeded(peer + " did not answer within " +
+                           Seconds(impl_.options.timeout) + " s during " +
+                           phase_),
+          Rank(member));
     }
     return impl_.MarkBroken(
-        Unavailable(peer + " failed during " + phase_ + ": " + error));
+        Unavailable(peer + " failed during " + phase_ + ": " + error),
+        Rank(member));
   }
 
   CommunicatorState& impl_;
@@ -762,6 +767,8 @@ int Communicator::size() const { return impl_->options.size; }
 uint64_t Communicator::bytes_sent() const {
   return impl_->bytes_sent.load(std::memory_order_relaxed);
 }
+
+int Communicator::broken_peer() const { return impl_->broken_peer.load(); }
 
 uint64_t Communicator::bytes_sent_to(int rank) const {
   if (rank < 0 || rank >= static_cast<int>(impl_->bytes_sent_to.size())) {

@@ -104,6 +104,10 @@ class Communicator {
   // The part of it sent to communicator rank `rank`.
   uint64_t bytes_sent_to(int rank) const;
 
+  // The rank the first transport failure named (a peer that died or did not
+  // answer), or -1 while healthy. Safe from any thread.
+  int broken_peer() const;
+
   // The underlying Gloo context, for baselines that run Gloo's own
   // algorithms on the same connections.
   std::shared_ptr<gloo::Context> gloo_context();
