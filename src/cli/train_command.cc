@@ -27,6 +27,7 @@
 #include "compute/matmul.h"
 #include "runtime/launcher.h"
 #include "runtime/runtime.h"
+#include "runtime/slurm_env.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/data.h"
@@ -341,7 +342,14 @@ int Run(const TrainFlags& flags) {
   if (!config_or.ok()) return Fail(config_or.status());
   TrainConfig config = *config_or;
   std::vector<std::string> argv = CommandLine();
-  auto env = runtime::ReadWorkerEnv(runtime::ProcessEnvironment());
+  const runtime::EnvLookup lookup = runtime::ProcessEnvironment();
+  // A task of a Slurm step without MEGASCALE_*: RunLocalJob forms its worker
+  // environment from Slurm's variables once the mesh is known.
+  const bool slurm_task =
+      runtime::InSlurmStep(lookup) && !lookup("MEGASCALE_SLICE_ID");
+  auto env = slurm_task ? Result<std::optional<runtime::WorkerEnv>>(
+                              std::optional<runtime::WorkerEnv>())
+                        : runtime::ReadWorkerEnv(lookup);
   if (!env.ok()) return Fail(env.status());
   if (Status s = ValidateTrainConfig(config); !s.ok()) return Fail(s);
   if (config.run_name.empty()) {
@@ -407,14 +415,17 @@ int Run(const TrainFlags& flags) {
   }
   auto dataset = DatasetDirectory(config);
   if (!dataset.ok()) return Fail(dataset.status());
-  // Every slice is a process of this machine: all of them must fit.
+  // Every slice is a process of this machine: all of them must fit (a
+  // Slurm task is one host: the worker checks its own share).
   const int devices_per_slice = type->devices_per_slice();
   const train::WorkerShape shape =
       ShapeOf(config, devices_per_slice, devices_per_slice * num_slices,
               resolved->ici[1] * resolved->dcn[1], *dataset);
   train::MemoryEstimate memory;
   std::string note;
-  if (Status s = CheckMemory(config, shape, num_slices, &memory, &note);
+  if (Status s = slurm_task
+                     ? OkStatus()
+                     : CheckMemory(config, shape, num_slices, &memory, &note);
       !s.ok()) {
     return Fail(s);
   }

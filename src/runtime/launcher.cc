@@ -16,6 +16,7 @@
 
 #include "common/temp_dir.h"
 #include "runtime/mesh/topology.h"
+#include "runtime/slurm_env.h"
 
 extern char** environ;
 
@@ -294,9 +295,18 @@ int HostsPerSlice(const std::string& accelerator_type) {
   return type.ok() ? type->hosts_per_slice() : 1;
 }
 
+Result<std::optional<WorkerEnv>> ReadJobEnvironment(
+    const LocalJobOptions& options, const EnvLookup& lookup) {
+  if (InSlurmStep(lookup) && !lookup("MEGASCALE_SLICE_ID")) {
+    return ReadSlurmWorkerEnv(lookup, options.num_slices,
+                              options.accelerator_type);
+  }
+  return ReadWorkerEnv(lookup);
+}
+
 int RunLocalJob(const LocalJobOptions& options,
                 const std::function<int(const WorkerEnv&)>& worker_main) {
-  auto env = ReadWorkerEnv(ProcessEnvironment());
+  auto env = ReadJobEnvironment(options, ProcessEnvironment());
   if (!env.ok()) {
     std::fprintf(stderr, "multislice: %s\n", env.status().message().c_str());
     return 2;

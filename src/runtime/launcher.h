@@ -74,9 +74,17 @@ struct LocalJobOptions {
 std::vector<WorkerProcess> LocalWorkers(const LocalJobOptions& options,
                                         const std::string& store_dir);
 
-// Runs `worker_main` here when the worker environment is present (returning
-// its exit code), else launches the local slices as described above.
+// Runs `worker_main` here when ReadJobEnvironment finds a worker environment
+// (returning its exit code), else launches the local slices as described
+// above.
 // Returns 2 with a one-line message when the environment is malformed.
+// This process's worker environment: the MEGASCALE_* contract
+// (worker_env.h), or inside a Slurm job step without it, the job Slurm's
+// variables describe with options' slice count and accelerator type
+// (slurm_env.h); nullopt when neither (launch the local slices).
+Result<std::optional<WorkerEnv>> ReadJobEnvironment(
+    const LocalJobOptions& options, const EnvLookup& lookup);
+
 // Hosts per slice of an accelerator type (1 when it does not parse).
 int HostsPerSlice(const std::string& accelerator_type);
 
