@@ -408,8 +408,13 @@ int Run(const TrainFlags& flags) {
         "yet (it shards with data and fsdp)"));
   }
   // A second training of this run directory is refused before any worker
-  // starts (worker 0 takes the lock itself: see LockRunDirectory).
-  if (Status s = train::RunDirectoryLock::CheckFree(RunDirectory(config));
+  // starts (worker 0 takes the lock itself: see LockRunDirectory). Not in a
+  // Slurm task: its peers are workers of the same run, and task 0's worker
+  // may hold the lock already (the probe would also take it for a moment,
+  // failing task 0's own Acquire).
+  if (Status s = slurm_task ? OkStatus()
+                            : train::RunDirectoryLock::CheckFree(
+                                  RunDirectory(config));
       !s.ok()) {
     return Fail(s);
   }
