@@ -7,8 +7,9 @@
 # under MULTISLICE_MAX_ISA=avx2 and =baseline, which make the project's
 # kernels and oneDNN behave as on a CPU with only that level. So a machine
 # with AVX-512 or AMX proves the AVX2 and x86-64 baseline paths on every run.
-# cluster_tutorial_test (label cluster) builds network namespaces: it runs
-# as root and is reported as skipped otherwise.
+# cluster_tutorial_test (label cluster) builds network namespaces, and
+# slurm_cluster_test (label slurm) a Slurm cluster in them: they run as root
+# and are reported as skipped otherwise.
 # Extra arguments go to ctest (e.g. -L isa-avx2, -LE cluster, or -R Gemm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
