@@ -401,6 +401,89 @@ void NetAllReduce(PhaseBuilder& b, const AxisGroup& g, OpState& state,
         });
 }
 
+// The chunk sizes of every group rank, in rank order.
+std::vector<size_t> RankCounts(const AxisGroup& g, size_t count) {
+  std::vector<size_t> counts;
+  for (int r = 0; r < g.size; ++r) counts.push_back(Chunk(g, count, r).count);
+  return counts;
+}
+
+// Where the chunks of (q, i = 0) lie in a rank-ordered array, in NetOrder:
+// the copies between rank order and the packing when a host holds one
+// member.
+std::vector<comm::Segment> PackedChunks(const AxisGroup& g, size_t count) {
+  std::vector<comm::Segment> chunks;
+  for (int q : NetOrder(g))
+    chunks.push_back(Chunk(g, count, g.NetRankOf(q, 0)));
+  return chunks;
+}
+
+// Appends the network part of a reduce-scatter: `packed` holds this host
+// position's chunks in NetOrder (or, `by_rank`, the whole input in rank
+// order); out receives this device's chunk.
+void NetReduceScatter(PhaseBuilder& b, const AxisGroup& g, OpState& state,
+                      const NetPacking& pack, const void* packed, bool by_rank,
+                      void* out, size_t count, DType dtype, ReduceOp op) {
+  if (g.host_size == 1 || g.dcn_size == 1) {
+    const std::vector<size_t> counts =
+        by_rank ? RankCounts(g, count)
+                : (g.host_size == 1 ? pack.by_slice : pack.by_host);
+    b.Net(by_rank ? Level::kByRank : Level::kAll, "reduce-scatter",
+          [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
+              const std::string& phase) {
+            return c.ReduceScatter(dg, packed, out, counts, dtype, op, phase);
+          });
+    return;
+  }
+  std::byte* host_block =
+      state.Scratch(pack.by_host[g.host_rank] * comm::SizeOf(dtype));
+  const std::vector<size_t> by_host = pack.by_host, by_slice = pack.by_slice;
+  b.Net(Level::kHosts, "reduce-scatter",
+        [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
+            const std::string& phase) {
+          return c.ReduceScatter(dg, packed, host_block, by_host, dtype, op,
+                                 phase);
+        });
+  b.Net(Level::kSlices, "reduce-scatter",
+        [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
+            const std::string& phase) {
+          return c.ReduceScatter(dg, host_block, out, by_slice, dtype, op,
+                                 phase);
+        });
+}
+
+// Appends the network part of an all-gather: `in` is this device's chunk;
+// `packed` receives this host position's chunks in NetOrder (or, `by_rank`,
+// every chunk in rank order).
+void NetAllGather(PhaseBuilder& b, const AxisGroup& g, OpState& state,
+                  const NetPacking& pack, const void* in, void* packed,
+                  bool by_rank, size_t count, DType dtype) {
+  if (g.host_size == 1 || g.dcn_size == 1) {
+    const std::vector<size_t> counts =
+        by_rank ? RankCounts(g, count)
+                : (g.host_size == 1 ? pack.by_slice : pack.by_host);
+    b.Net(by_rank ? Level::kByRank : Level::kAll, "all-gather",
+          [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
+              const std::string& phase) {
+            return c.AllGather(dg, in, packed, counts, dtype, phase);
+          });
+    return;
+  }
+  std::byte* host_block =
+      state.Scratch(pack.by_host[g.host_rank] * comm::SizeOf(dtype));
+  const std::vector<size_t> by_host = pack.by_host, by_slice = pack.by_slice;
+  b.Net(Level::kSlices, "all-gather",
+        [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
+            const std::string& phase) {
+          return c.AllGather(dg, in, host_block, by_slice, dtype, phase);
+        });
+  b.Net(Level::kHosts, "all-gather",
+        [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
+            const std::string& phase) {
+          return c.AllGather(dg, host_block, packed, by_host, dtype, phase);
+        });
+}
+
 }  // namespace
 
 std::string DeviceCollectives::Describe(const char* op, const AxisGroup& g,
@@ -491,9 +574,7 @@ CollectiveHandle DeviceCollectives::ReduceScatter(
     packed = reduced;
   } else if (!pack.natural && g.host_size > 1 && g.dcn_size > 1) {
     std::byte* copy = state->Scratch(pack.total * es);
-    std::vector<comm::Segment> chunks;
-    for (int q : pack.order)
-      chunks.push_back(Chunk(g, count, g.NetRankOf(q, 0)));
+    const std::vector<comm::Segment> chunks = PackedChunks(g, count);
     b.Local("pack", [=] {
       size_t at = 0;
       for (const comm::Segment& c : chunks) {
@@ -503,37 +584,8 @@ CollectiveHandle DeviceCollectives::ReduceScatter(
     });
     packed = copy;
   }
-  if (g.host_size == 1 || g.dcn_size == 1) {
-    // One network level: its members in packed order (or rank order).
-    const Level level = packed == in ? Level::kByRank : Level::kAll;
-    std::vector<size_t> counts;
-    if (level == Level::kByRank) {
-      for (int r = 0; r < g.size; ++r)
-        counts.push_back(Chunk(g, count, r).count);
-    } else {
-      counts = g.host_size == 1 ? pack.by_slice : pack.by_host;
-    }
-    b.Net(level, "reduce-scatter",
-          [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
-              const std::string& phase) {
-            return c.ReduceScatter(dg, packed, out, counts, dtype, op, phase);
-          });
-    return Launch(what, std::move(b.phases()), state, after);
-  }
-  std::byte* host_block = state->Scratch(pack.by_host[g.host_rank] * es);
-  const std::vector<size_t> by_host = pack.by_host, by_slice = pack.by_slice;
-  b.Net(Level::kHosts, "reduce-scatter",
-        [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
-            const std::string& phase) {
-          return c.ReduceScatter(dg, packed, host_block, by_host, dtype, op,
-                                 phase);
-        });
-  b.Net(Level::kSlices, "reduce-scatter",
-        [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
-            const std::string& phase) {
-          return c.ReduceScatter(dg, host_block, out, by_slice, dtype, op,
-                                 phase);
-        });
+  NetReduceScatter(b, g, *state, pack, packed, packed == in, out, count, dtype,
+                   op);
   return Launch(what, std::move(b.phases()), state, after);
 }
 
@@ -560,51 +612,19 @@ CollectiveHandle DeviceCollectives::AllGather(const Axes& axes, const void* in,
   }
   // Up the levels: the slices gather this host position's chunks of every
   // d, the slice's hosts every e's, and the host spreads them to out.
-  const bool one_level = g.host_size == 1 || g.dcn_size == 1;
-  if (one_level && g.local_size == 1) {
-    std::vector<size_t> counts;
-    for (int r = 0; r < g.size; ++r) counts.push_back(Chunk(g, count, r).count);
-    b.Net(Level::kByRank, "all-gather",
-          [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
-              const std::string& phase) {
-            return c.AllGather(dg, in, out, counts, dtype, phase);
-          });
-    return Launch(what, std::move(b.phases()), state, after);
-  }
   const NetPacking pack(g, count);
-  const bool direct = g.local_size == 1 && pack.natural;
+  const bool one_level = g.host_size == 1 || g.dcn_size == 1;
+  const bool direct = g.local_size == 1 && (one_level || pack.natural);
   void* packed = direct ? out : state->Scratch(pack.total * es);
-  if (one_level) {
-    const std::vector<size_t> counts =
-        g.host_size == 1 ? pack.by_slice : pack.by_host;
-    b.Net(Level::kAll, "all-gather",
-          [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
-              const std::string& phase) {
-            return c.AllGather(dg, in, packed, counts, dtype, phase);
-          });
-  } else {
-    std::byte* host_block = state->Scratch(pack.by_host[g.host_rank] * es);
-    const std::vector<size_t> by_host = pack.by_host, by_slice = pack.by_slice;
-    b.Net(Level::kSlices, "all-gather",
-          [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
-              const std::string& phase) {
-            return c.AllGather(dg, in, host_block, by_slice, dtype, phase);
-          });
-    b.Net(Level::kHosts, "all-gather",
-          [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
-              const std::string& phase) {
-            return c.AllGather(dg, host_block, packed, by_host, dtype, phase);
-          });
-  }
+  NetAllGather(b, g, *state, pack, in, packed, g.local_size == 1 && one_level,
+               count, dtype);
   if (g.local_size > 1) {
     const comm::Layout layout = SharedLayout(g, count);
     b.Shared("all-gather", [=](ici::Group& grp, int i, uint64_t* bytes) {
       return grp.AllGather(i, packed, out, layout, dtype, bytes);
     });
   } else if (!direct) {
-    std::vector<comm::Segment> chunks;
-    for (int q : pack.order)
-      chunks.push_back(Chunk(g, count, g.NetRankOf(q, 0)));
+    const std::vector<comm::Segment> chunks = PackedChunks(g, count);
     b.Local("unpack", [=] {
       size_t at = 0;
       for (const comm::Segment& c : chunks) {
