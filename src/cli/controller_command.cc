@@ -25,6 +25,7 @@
 #include "control/controller.h"
 #include "control/http.h"
 #include "control/process.h"
+#include "control/slurm_capacity.h"
 #include "runtime/launcher.h"
 #include "runtime/mesh/topology.h"
 
@@ -46,6 +47,9 @@ struct ControllerCommandFlags {
   std::string local_worker_user;
   std::string zone = "local-a";
   std::vector<std::string> quotas;  // TIER=CHIPS
+  std::string capacity = "agents";  // agents | slurm
+  std::string slurm_partition;
+  std::string slurm_workdir;  // default: DATA_DIR/slurm
 };
 
 // Whether any process of process group `group` is alive: zombies do not
@@ -225,6 +229,24 @@ int RunController(const ControllerCommandFlags& flags) {
     options.file_store_gid = user->gid;
     options.file_store_group_access = per_host;
   }
+  if (flags.capacity == "slurm") {
+    if (flags.local_hosts > 0) {
+      return Fail(2,
+                  "--local-hosts runs host agents, which --capacity slurm "
+                  "does not use: pass one or the other");
+    }
+    control::SlurmOptions slurm;
+    slurm.partition = flags.slurm_partition;
+    slurm.workdir = std::filesystem::absolute(flags.slurm_workdir.empty()
+                                                  ? data_dir + "/slurm"
+                                                  : flags.slurm_workdir)
+                        .string();
+    options.cluster = std::make_shared<control::SlurmCapacity>(
+        slurm, control::NewCommandRunner(std::chrono::seconds(30)));
+  } else if (flags.capacity != "agents") {
+    return Fail(2, "--capacity: '" + flags.capacity +
+                       "' is not a capacity; expected agents or slurm");
+  }
   options.bind_address = flags.bind;
   options.advertise_address =
       flags.advertise_address.empty() ? flags.bind : flags.advertise_address;
@@ -386,6 +408,19 @@ void AddControllerCommand(CLI::App& root, CommandTable& table) {
   cmd->add_option(FlagNames("quota"), flags->quotas,
                   "Per-tier chip quota TIER=CHIPS (reserved, on-demand, "
                   "spot, best-effort); repeat for more. Default: unlimited.");
+  AddStringFlag(cmd, "capacity", &flags->capacity,
+                "Where workers run: 'agents' (the host agents) or 'slurm' "
+                "(each queued resource one Slurm job of all its slices' "
+                "nodes, run through srun; docs/control.md, 'Slurm as the "
+                "capacity').")
+      ->capture_default_str();
+  AddStringFlag(cmd, "slurm_partition", &flags->slurm_partition,
+                "--capacity slurm: the partition jobs are submitted to "
+                "(default: the cluster's default).");
+  AddStringFlag(cmd, "slurm_workdir", &flags->slurm_workdir,
+                "--capacity slurm: the directory, seen at the same path by "
+                "every node, of the batch scripts, their output and the "
+                "workers' file:// store (default DATA_DIR/slurm).");
   table[cmd] = [flags] { return RunController(*flags); };
 }
 

@@ -970,6 +970,7 @@ json QueuedResourceRecord::ToStorage() const {
           {"deleteRequested", delete_requested},
           {"waitingOps", waiting_ops},
           {"coordinator", coordinator},
+          {"clusterJob", cluster_job},
           {"stateHistory", history}};
 }
 
@@ -1023,6 +1024,7 @@ Result<QueuedResourceRecord> QueuedResourceRecord::FromStorage(const json& j) {
     r.delete_requested = j.at("deleteRequested");
     r.waiting_ops = j.at("waitingOps").get<std::vector<std::string>>();
     r.coordinator = j.at("coordinator");
+    r.cluster_job = j.value("clusterJob", "");  // absent before Slurm
     // Absent in records written before the history existed.
     for (const json& c : j.value("stateHistory", json::array())) {
       r.state_history.push_back({c.at("state").get<std::string>(),

@@ -156,6 +156,9 @@ struct QueuedResourceRecord {
   bool delete_requested = false;
   std::vector<std::string> waiting_ops;    // finished when the transition ends
   std::string coordinator;                 // MEGASCALE_COORDINATOR_ADDRESS
+  // On cluster capacity (capacity.h ClusterCapacity): the job holding the
+  // record's nodes ("" until it is submitted).
+  std::string cluster_job;
   std::vector<StateChange> state_history;  // oldest first, bounded
 
   // Appends {state, now_ms, state_initiator} unless the last entry already

@@ -9,11 +9,14 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "common/status.h"
 
 namespace multislice::control {
 
@@ -70,6 +73,58 @@ class CapacityProvider {
   // a host whose heartbeats stopped is declared lost.
   virtual bool Alive(const HostCall& host,
                      std::chrono::milliseconds timeout) = 0;
+};
+
+// A capacity provider that owns admission and placement itself (a cluster
+// scheduler: Slurm). The reconciler does not run its scheduler for a queued
+// resource on such capacity: it submits the whole request as one job (every
+// slice's hosts at once, started together or not at all), follows the job's
+// state, and cancels or restarts it. The host agents' path (CapacityProvider
+// above) is untouched by this one.
+
+// What one queued resource asks of the cluster.
+struct ClusterJobSpec {
+  std::string name;    // a job name: the queued resource's id
+  std::string run_id;  // MULTISLICE_RUN_ID
+  int slices = 1;
+  int hosts_per_slice = 1;
+  std::string accelerator_type;
+  std::string startup_script;
+  int64_t valid_until_ms = 0;  // wall ms; 0: none. The job's deadline.
+};
+
+// A job as the cluster reports it.
+struct ClusterJobStatus {
+  enum class Phase {
+    kGone,         // the cluster no longer knows the job (ended, cancelled)
+    kPending,      // waiting for every node at once
+    kConfiguring,  // nodes allocated, being readied
+    kRunning,      // the batch script runs
+    kEnded,        // completed, failed, timed out or cancelled
+  };
+  Phase phase = Phase::kGone;
+  std::string state;   // the cluster's own word (PENDING, RUNNING, ...)
+  std::string reason;  // why it pends or ended, as the cluster says
+  // Every worker of the job runs (the workers' step started).
+  bool workers_started = false;
+  std::vector<std::string> nodes;  // allocated nodes, in task order
+  int restarts = 0;                // times the job was requeued
+};
+
+class ClusterCapacity {
+ public:
+  virtual ~ClusterCapacity() = default;
+  // Submits `spec` as one job held until every node is free; its id.
+  virtual Result<std::string> Submit(const ClusterJobSpec& spec) = 0;
+  virtual Result<ClusterJobStatus> Query(const std::string& job) = 0;
+  // Ends the job and its workers.
+  virtual Status Cancel(const std::string& job) = 0;
+  // Stops every worker and runs the job again (a new attempt), on new nodes
+  // where `exclude` names some to avoid.
+  virtual Status Requeue(const std::string& job,
+                         const std::vector<std::string>& exclude) = 0;
+  // The nodes the cluster reports down or failed now (repair).
+  virtual Result<std::set<std::string>> FailedNodes() = 0;
 };
 
 }  // namespace multislice::control

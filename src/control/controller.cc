@@ -149,7 +149,8 @@ Status Controller::Impl::Init() {
   public_api_ = std::make_unique<PublicApi>(*state_);
   host_api_ = std::make_unique<HostApi>(*state_);
   resource_api_ = std::make_unique<ResourceApi>(*state_);
-  reconciler_ = std::make_unique<Reconciler>(*state_, *capacity_);
+  reconciler_ = std::make_unique<Reconciler>(*state_, *capacity_,
+                                             options_.cluster.get());
   ConfigureServer();
   RETURN_IF_ERROR(Listen());
   server_thread_ = std::thread([this] { server_.listen_after_bind(); });

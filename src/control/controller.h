@@ -26,6 +26,8 @@
 
 namespace multislice::control {
 
+class ClusterCapacity;  // capacity.h
+
 struct ControllerOptions {
   std::string data_dir;  // state.db, stores/ (file:// coordinators)
   std::string token;     // the admin token: users, the API and every host
@@ -75,6 +77,10 @@ struct ControllerOptions {
   int file_store_uid = -1;
   int file_store_gid = -1;
   bool file_store_group_access = false;  // 0770 rather than 0700
+  // A cluster scheduler as the capacity (controller --capacity slurm):
+  // every queued resource becomes one of its jobs and the host agents are
+  // not used. Null: the host agents (the default).
+  std::shared_ptr<ClusterCapacity> cluster;
 };
 
 class Controller {

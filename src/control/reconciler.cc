@@ -74,6 +74,10 @@ void Reconciler::Tick() {
     for (const OperationRecord& op : ops) state_.ops[op.name] = op;
     state_.Log(r.id + ": " + StateName(r.state));
   }
+  if (cluster_ != nullptr) {
+    TickCluster();
+    return;
+  }
   Schedule(now);
   // By name: LaunchWork may complete (and erase) a record at once.
   std::vector<std::string> names;

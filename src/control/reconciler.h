@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -23,10 +24,30 @@
 
 namespace multislice::control {
 
+// What a queued resource on cluster capacity became after its job reported
+// `job`: r is updated in place (states, nodes, attempt). `failed` are the
+// cluster's failed nodes; `requeued`: the job was just requeued away from
+// those of them it held (repair).
+struct ClusterFollow {
+  bool changed = false;     // r must be persisted
+  bool finish_ops = false;  // r reached ACTIVE or FAILED: its ops are done
+  std::string log;          // a line for the controller's log, or ""
+};
+ClusterFollow FollowClusterJob(QueuedResourceRecord& r,
+                               const ClusterJobStatus& job,
+                               const std::set<std::string>& failed,
+                               bool requeued);
+
 class Reconciler {
  public:
-  Reconciler(ControlState& state, CapacityProvider& capacity)
-      : state_(state), capacity_(capacity), stores_(state.options()) {}
+  // With `cluster`, every queued resource is a job of that cluster
+  // (ClusterCapacity): the scheduler and `capacity` are not used for it.
+  Reconciler(ControlState& state, CapacityProvider& capacity,
+             ClusterCapacity* cluster = nullptr)
+      : state_(state),
+        capacity_(capacity),
+        cluster_(cluster),
+        stores_(state.options()) {}
   ~Reconciler() { Stop(); }
 
   // Starts the loop thread.
@@ -47,13 +68,30 @@ class Reconciler {
   // lock (unless stopping), the function it returns, and wakes the loop.
   void RunOnWorkThread(std::function<std::function<void()>()> work);
   void LaunchWork(QueuedResourceRecord& r);
+  // Cluster capacity: submits waiting records, follows, cancels and
+  // requeues their jobs (on work threads).
+  void TickCluster();
+  struct ClusterWork {
+    std::string action;  // submit, query, cancel, requeue
+    Status status;       // of the action's own call
+    std::string job;     // submit: the new job's id
+    bool queried = false;
+    ClusterJobStatus job_status;
+    std::set<std::string> failed;
+    bool requeued = false;  // query: requeued away from failed nodes
+  };
+  void ApplyClusterWork(const std::string& name, uint64_t version,
+                        const ClusterWork& work);
   void ApplyWork(const std::string& name, uint64_t version,
                  const std::string& stage, int attempt,
                  const WorkResult& result);
 
   ControlState& state_;
   CapacityProvider& capacity_;
-  CoordinatorStores stores_;  // guarded by state_.mu
+  ClusterCapacity* cluster_;                  // may be null (agents only)
+  std::map<std::string, int64_t> next_poll_;  // steady ms, by record
+  std::map<std::string, std::string> said_;   // last error logged, by record
+  CoordinatorStores stores_;                  // guarded by state_.mu
   std::thread loop_thread_;
   std::set<std::string> busy_;          // records with a work thread running
   std::set<std::string> probing_;       // hosts with a liveness probe running

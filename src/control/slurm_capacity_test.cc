@@ -1,0 +1,497 @@
+// Slurm as the capacity without a Slurm cluster: SlurmCapacity against a
+// fake command runner (the commands it runs and how it reads their output),
+// the batch script run with fake srun/scontrol (the worker environment of
+// every task), FollowClusterJob's state mapping, and the real controller on
+// a fake gang-scheduling cluster (create, ACTIVE, gang refusal, repair,
+// reset, delete). The same path on a real Slurm cluster:
+// slurm_controller_test.sh.
+#include "control/slurm_capacity.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include "common/temp_dir.h"
+#include "control/control_testing.h"
+#include "control/controller.h"
+#include "control/controller_fixture.h"
+#include "control/reconciler.h"
+
+namespace multislice::control {
+namespace {
+
+using nlohmann::json;
+using testing::WaitFor;
+
+// Answers each command with the first canned reply whose key is a prefix of
+// the command line (argv joined by spaces); records every command.
+class FakeRunner : public CommandRunner {
+ public:
+  std::map<std::string, Result<std::string>> replies;
+  std::vector<std::vector<std::string>> calls;
+
+  Result<std::string> Run(const std::vector<std::string>& argv) override {
+    calls.push_back(argv);
+    std::string line;
+    for (const std::string& a : argv) line += (line.empty() ? "" : " ") + a;
+    for (const auto& [key, reply] : replies) {
+      if (line.rfind(key, 0) == 0) return reply;
+    }
+    return Unavailable(line + " failed: no reply");
+  }
+};
+
+bool Has(const std::vector<std::string>& argv, const std::string& arg) {
+  return std::find(argv.begin(), argv.end(), arg) != argv.end();
+}
+
+TEST(SlurmCapacityTest, SubmitsOneGangJobOfEverySlicesNodes) {
+  TempDir dir("slurm-capacity-");
+  auto runner = std::make_unique<FakeRunner>();
+  FakeRunner& fake = *runner;
+  fake.replies.emplace("sbatch", std::string("4242;cluster\n"));
+  SlurmCapacity slurm({"batch", dir.path() + "/work"}, std::move(runner));
+  ClusterJobSpec spec;
+  spec.name = "qr1";
+  spec.run_id = "qr1-abc";
+  spec.slices = 2;
+  spec.hosts_per_slice = 2;
+  spec.accelerator_type = "v4-16";
+  spec.startup_script = "echo hi";
+  spec.valid_until_ms = 4102444800000;  // 2100-01-01
+  Result<std::string> job = slurm.Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  EXPECT_EQ(*job, "4242");
+  ASSERT_EQ(fake.calls.size(), 1u);
+  const std::vector<std::string>& argv = fake.calls[0];
+  EXPECT_EQ(argv[0], "sbatch");
+  EXPECT_TRUE(Has(argv, "--parsable"));
+  EXPECT_TRUE(Has(argv, "--nodes=4"));
+  EXPECT_TRUE(Has(argv, "--ntasks-per-node=1"));
+  EXPECT_TRUE(Has(argv, "--requeue"));
+  EXPECT_TRUE(Has(argv, "--partition=batch"));
+  EXPECT_TRUE(Has(argv, "--job-name=qr1"));
+  bool deadline = false;
+  for (const std::string& a : argv)
+    deadline |= a.rfind("--deadline=21", 0) == 0;
+  EXPECT_TRUE(deadline);
+  std::ifstream startup(dir.path() + "/work/qr1-qr1-abc.startup.sh");
+  std::stringstream text;
+  text << startup.rdbuf();
+  EXPECT_EQ(text.str(), "echo hi");
+  // An answer that is not a job id is an error, not a job.
+  fake.replies.clear();
+  fake.replies.emplace("sbatch", std::string("Submitted batch job 1\n"));
+  EXPECT_FALSE(slurm.Submit(spec).ok());
+  fake.replies.clear();
+  fake.replies.emplace(
+      "sbatch", Unavailable("sbatch failed: Requested node configuration is "
+                            "not available"));
+  Result<std::string> refused = slurm.Submit(spec);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("node configuration"),
+            std::string::npos);
+}
+
+TEST(SlurmCapacityTest, QueryReadsStateNodesRestartsAndTheWorkersStep) {
+  auto runner = std::make_unique<FakeRunner>();
+  FakeRunner& fake = *runner;
+  SlurmCapacity slurm({"", "/tmp"}, std::move(runner));
+  fake.replies.emplace(
+      "scontrol show job --oneliner 7",
+      std::string("JobId=7 JobName=qr1 UserId=root(0) JobState=RUNNING "
+                  "Reason=None Dependency=(null) Requeue=1 Restarts=2 "
+                  "BatchFlag=1 NodeList=h[1-2,4] BatchHost=h1 "
+                  "Command=/tmp/x y=z\n"));
+  fake.replies.emplace("scontrol show hostnames h[1-2,4]",
+                       std::string("h1\nh2\nh4\n"));
+  fake.replies.emplace("squeue --noheader --steps --jobs=7",
+                       std::string("7.0|RUNNING\n"));
+  Result<ClusterJobStatus> st = slurm.Query("7");
+  ASSERT_TRUE(st.ok()) << st.status().message();
+  EXPECT_EQ(st->phase, ClusterJobStatus::Phase::kRunning);
+  EXPECT_EQ(st->state, "RUNNING");
+  EXPECT_EQ(st->restarts, 2);
+  EXPECT_TRUE(st->workers_started);
+  EXPECT_EQ(st->nodes, (std::vector<std::string>{"h1", "h2", "h4"}));
+  // Only the batch step (or none): the workers have not started.
+  fake.replies.insert_or_assign("squeue --noheader --steps --jobs=7",
+                                std::string("7.batch|RUNNING\n"));
+  EXPECT_FALSE(slurm.Query("7")->workers_started);
+  // Pending: no nodes, no step asked for.
+  fake.replies.insert_or_assign(
+      "scontrol show job --oneliner 7",
+      std::string("JobId=7 JobState=PENDING Reason=Resources Restarts=0 "
+                  "NodeList=(null)\n"));
+  fake.calls.clear();
+  st = slurm.Query("7");
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->phase, ClusterJobStatus::Phase::kPending);
+  EXPECT_EQ(st->reason, "Resources");
+  EXPECT_TRUE(st->nodes.empty());
+  EXPECT_EQ(fake.calls.size(), 1u);
+  // Purged from slurmctld: gone.
+  fake.replies.insert_or_assign(
+      "scontrol show job --oneliner 7",
+      Unavailable("scontrol show failed: slurm_load_jobs error: Invalid job id "
+                  "specified"));
+  st = slurm.Query("7");
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->phase, ClusterJobStatus::Phase::kGone);
+  // Other errors are errors.
+  fake.replies.insert_or_assign(
+      "scontrol show job --oneliner 7",
+      Unavailable("scontrol show failed: Unable to contact slurm controller"));
+  EXPECT_FALSE(slurm.Query("7").ok());
+}
+
+TEST(SlurmCapacityTest, FailedNodesCancelAndRequeue) {
+  auto runner = std::make_unique<FakeRunner>();
+  FakeRunner& fake = *runner;
+  SlurmCapacity slurm({"", "/tmp"}, std::move(runner));
+  fake.replies.emplace(
+      "sinfo --noheader --Node",
+      std::string("h1|idle\nh2|down*\nh3|allocated*\nh4|drained\n"
+                  "h5|allocated\nh6|mixed\n"));
+  Result<std::set<std::string>> failed = slurm.FailedNodes();
+  ASSERT_TRUE(failed.ok());
+  EXPECT_EQ(*failed, (std::set<std::string>{"h2", "h3", "h4"}));
+  fake.replies.emplace("scancel 7", std::string());
+  fake.replies.emplace("scontrol", std::string());
+  fake.calls.clear();
+  EXPECT_TRUE(slurm.Cancel("7").ok());
+  EXPECT_TRUE(slurm.Requeue("7", {"h2", "h3"}).ok());
+  ASSERT_EQ(fake.calls.size(), 4u);
+  EXPECT_EQ(fake.calls[0], (std::vector<std::string>{"scancel", "7"}));
+  EXPECT_EQ(fake.calls[1],
+            (std::vector<std::string>{"scontrol", "requeuehold", "7"}));
+  EXPECT_EQ(fake.calls[2],
+            (std::vector<std::string>{"scontrol", "update", "JobId=7",
+                                      "ExcNodeList=h2,h3"}));
+  EXPECT_EQ(fake.calls[3],
+            (std::vector<std::string>{"scontrol", "release", "7"}));
+}
+
+TEST(SlurmCapacityTest, PhasesOfSlurmStates) {
+  using P = ClusterJobStatus::Phase;
+  EXPECT_EQ(SlurmPhase("PENDING"), P::kPending);
+  EXPECT_EQ(SlurmPhase("REQUEUED"), P::kPending);
+  EXPECT_EQ(SlurmPhase("CONFIGURING"), P::kConfiguring);
+  // Between a requeue and the next run, a job is COMPLETING: not ended.
+  EXPECT_EQ(SlurmPhase("COMPLETING"), P::kConfiguring);
+  EXPECT_EQ(SlurmPhase("RUNNING"), P::kRunning);
+  for (const char* s : {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT",
+                        "DEADLINE", "NODE_FAIL", "PREEMPTED"}) {
+    EXPECT_EQ(SlurmPhase(s), P::kEnded) << s;
+  }
+  EXPECT_EQ(SlurmPhase(""), P::kGone);
+}
+
+// The batch script under fake srun (every task in turn) and scontrol: each
+// task's startup script sees the agents' worker environment.
+TEST(SlurmCapacityTest, BatchScriptGivesEveryTaskItsWorkerEnvironment) {
+  TempDir dir("slurm-script-");
+  const std::string bin = dir.path() + "/bin";
+  ASSERT_EQ(std::system(("mkdir -p " + bin).c_str()), 0);
+  auto write = [](const std::string& path, const std::string& text) {
+    std::ofstream(path) << text;
+    ASSERT_EQ(std::system(("chmod +x " + path).c_str()), 0);
+  };
+  write(bin + "/srun",
+        "#!/bin/bash\nwhile [[ $1 == --* ]]; do shift; done\n"
+        "for ((p = 0; p < SLURM_JOB_NUM_NODES; p++)); do\n"
+        "  SLURM_PROCID=$p SLURM_NTASKS=$SLURM_JOB_NUM_NODES \"$@\"\n"
+        "done\n");
+  write(bin + "/scontrol", "#!/bin/bash\nprintf 'h1\\nh2\\nh3\\nh4\\n'\n");
+  write(bin + "/sleep", "#!/bin/bash\nexit 0\n");
+  ClusterJobSpec spec;
+  spec.name = "qr1";
+  spec.run_id = "qr1-abc";
+  spec.slices = 2;
+  spec.hosts_per_slice = 2;
+  spec.accelerator_type = "v4-16";
+  const std::string out = dir.path() + "/env.txt";
+  write(dir.path() + "/startup.sh",
+        "echo \"$SLURM_PROCID $MEGASCALE_SLICE_ID $TPU_WORKER_ID "
+        "$TPU_WORKER_HOSTNAMES $MEGASCALE_NUM_SLICES $MULTISLICE_ATTEMPT "
+        "$MULTISLICE_ACCELERATOR_TYPE $MULTISLICE_RUN_ID $RANK $WORLD_SIZE "
+        "$MEGASCALE_COORDINATOR_ADDRESS\" >> " +
+            out + "\n");
+  write(dir.path() + "/batch.sh",
+        SlurmBatchScript(spec, "/shared", dir.path() + "/startup.sh"));
+  const std::string cmd =
+      "cd " + dir.path() + " && PATH=" + bin +
+      ":$PATH SLURM_JOB_ID=7 SLURM_JOB_NUM_NODES=4 SLURM_JOB_NODELIST='h[1-4]' "
+      "SLURM_RESTART_COUNT=1 bash batch.sh";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::ifstream in(out);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  const std::string store = "file:///shared/.multislice-store/qr1-abc-2";
+  EXPECT_EQ(lines, (std::vector<std::string>{
+                       "0 0 0 h1,h2 2 2 v4-16 qr1-abc 0 4 " + store,
+                       "1 0 1 h1,h2 2 2 v4-16 qr1-abc 1 4 " + store,
+                       "2 1 0 h3,h4 2 2 v4-16 qr1-abc 2 4 " + store,
+                       "3 1 1 h3,h4 2 2 v4-16 qr1-abc 3 4 " + store}));
+}
+
+QueuedResourceRecord TwoSlices() {
+  QueuedResourceRecord r;
+  r.id = "qr";
+  r.cluster_job = "7";
+  r.hosts_per_slice = 1;
+  r.attempt = 1;
+  r.holds_quota = true;
+  r.state = QrState::kWaitingForResources;
+  r.nodes.resize(2);
+  return r;
+}
+
+ClusterJobStatus Job(ClusterJobStatus::Phase phase, std::string state,
+                     std::vector<std::string> nodes = {}, int restarts = 0,
+                     bool started = false) {
+  ClusterJobStatus st;
+  st.phase = phase;
+  st.state = std::move(state);
+  st.nodes = std::move(nodes);
+  st.restarts = restarts;
+  st.workers_started = started;
+  return st;
+}
+
+TEST(FollowClusterJobTest, StatesFollowTheJob) {
+  using P = ClusterJobStatus::Phase;
+  QueuedResourceRecord r = TwoSlices();
+  EXPECT_FALSE(
+      FollowClusterJob(r, Job(P::kPending, "PENDING"), {}, false).changed);
+  EXPECT_EQ(r.state, QrState::kWaitingForResources);
+  FollowClusterJob(r, Job(P::kConfiguring, "CONFIGURING", {"h1", "h2"}), {},
+                   false);
+  EXPECT_EQ(r.state, QrState::kProvisioning);
+  EXPECT_EQ(r.nodes[1].hosts, (std::vector<std::string>{"h2"}));
+  FollowClusterJob(r, Job(P::kRunning, "RUNNING", {"h1", "h2"}), {}, false);
+  EXPECT_EQ(r.state, QrState::kProvisioning);  // the workers' step not yet
+  ClusterFollow f = FollowClusterJob(
+      r, Job(P::kRunning, "RUNNING", {"h1", "h2"}, 0, true), {}, false);
+  EXPECT_TRUE(f.finish_ops);
+  EXPECT_EQ(r.state, QrState::kActive);
+  EXPECT_TRUE(r.nodes[0].started);
+  EXPECT_EQ(r.nodes[0].state, "READY");
+  // The startup script ended (no step): still ACTIVE, the nodes are held.
+  EXPECT_FALSE(
+      FollowClusterJob(r, Job(P::kRunning, "RUNNING", {"h1", "h2"}), {}, false)
+          .changed);
+  EXPECT_EQ(r.state, QrState::kActive);
+  // h2 failed under the job and we requeued it away from h2: attempt 2, h2's
+  // slice REPAIRING, the other RESTARTING.
+  FollowClusterJob(r, Job(P::kRunning, "RUNNING", {"h1", "h2"}, 0, true),
+                   {"h2"}, true);
+  EXPECT_EQ(r.attempt, 2);
+  EXPECT_EQ(r.state, QrState::kProvisioning);
+  EXPECT_EQ(r.nodes[1].state, "REPAIRING");
+  EXPECT_EQ(r.nodes[0].state, "RESTARTING");
+  // Slurm's answer before the requeue took hold changes nothing.
+  FollowClusterJob(r, Job(P::kRunning, "RUNNING", {"h1", "h2"}, 0, true), {},
+                   false);
+  EXPECT_EQ(r.state, QrState::kProvisioning);
+  FollowClusterJob(r, Job(P::kPending, "PENDING", {}, 1), {"h2"}, false);
+  EXPECT_EQ(r.state, QrState::kWaitingForResources);
+  FollowClusterJob(r, Job(P::kRunning, "RUNNING", {"h1", "h3"}, 1, true),
+                   {"h2"}, false);
+  EXPECT_EQ(r.state, QrState::kActive);
+  EXPECT_EQ(r.attempt, 2);
+  EXPECT_EQ(r.nodes[1].hosts, (std::vector<std::string>{"h3"}));
+  EXPECT_EQ(r.nodes[1].state, "READY");
+  // Slurm requeued it by itself (a node failed, --requeue): attempt 3.
+  FollowClusterJob(r, Job(P::kPending, "PENDING", {}, 2), {"h3"}, false);
+  EXPECT_EQ(r.attempt, 3);
+  EXPECT_EQ(r.state, QrState::kWaitingForResources);
+  EXPECT_EQ(r.nodes[1].state, "REPAIRING");
+  // The deadline (valid_until) passed: FAILED, saying so.
+  f = FollowClusterJob(r, Job(P::kEnded, "DEADLINE"), {}, false);
+  EXPECT_TRUE(f.finish_ops);
+  EXPECT_EQ(r.state, QrState::kFailed);
+  EXPECT_NE(r.failed_error.find("valid_until"), std::string::npos);
+}
+
+// A cluster of `nodes` nodes that starts a job only when every node it asks
+// for is free and up (gang), lowest-numbered nodes first.
+class FakeCluster : public ClusterCapacity {
+ public:
+  explicit FakeCluster(int nodes) {
+    for (int i = 1; i <= nodes; ++i) up_.insert("n" + std::to_string(i));
+  }
+
+  Result<std::string> Submit(const ClusterJobSpec& spec) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int need = spec.slices * spec.hosts_per_slice;
+    if (need > static_cast<int>(up_.size() + down_.size())) {
+      return Unavailable(
+          "sbatch failed: Requested node configuration is not available");
+    }
+    const std::string id = std::to_string(next_++);
+    jobs_[id].need = need;
+    Place();
+    return id;
+  }
+  Result<ClusterJobStatus> Query(const std::string& id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Place();
+    ClusterJobStatus st;
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return st;
+    st.restarts = it->second.restarts;
+    if (it->second.nodes.empty()) {
+      st.phase = ClusterJobStatus::Phase::kPending;
+      st.state = "PENDING";
+      st.reason = "Resources";
+    } else {
+      st.phase = ClusterJobStatus::Phase::kRunning;
+      st.state = "RUNNING";
+      st.nodes = it->second.nodes;
+      st.workers_started = true;
+    }
+    return st;
+  }
+  Status Cancel(const std::string& id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.erase(id);
+    ++cancels;
+    return OkStatus();
+  }
+  Status Requeue(const std::string& id,
+                 const std::vector<std::string>& exclude) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return NotFound("no job " + id);
+    it->second.nodes.clear();
+    it->second.restarts += 1;
+    it->second.exclude.insert(exclude.begin(), exclude.end());
+    Place();
+    return OkStatus();
+  }
+  Result<std::set<std::string>> FailedNodes() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return down_;
+  }
+  void Fail(const std::string& node) {
+    std::lock_guard<std::mutex> lock(mu_);
+    up_.erase(node);
+    down_.insert(node);
+  }
+  int cancels = 0;
+
+ private:
+  struct Job {
+    int need = 0;
+    int restarts = 0;
+    std::vector<std::string> nodes;
+    std::set<std::string> exclude;
+  };
+  void Place() {
+    std::set<std::string> busy;
+    for (const auto& [id, j] : jobs_)
+      busy.insert(j.nodes.begin(), j.nodes.end());
+    for (auto& [id, j] : jobs_) {
+      if (!j.nodes.empty()) continue;
+      std::vector<std::string> free;
+      for (const std::string& n : up_) {
+        if (!busy.count(n) && !j.exclude.count(n)) free.push_back(n);
+      }
+      if (static_cast<int>(free.size()) < j.need) continue;  // all or none
+      j.nodes.assign(free.begin(), free.begin() + j.need);
+      busy.insert(j.nodes.begin(), j.nodes.end());
+    }
+  }
+  std::mutex mu_;
+  std::set<std::string> up_, down_;
+  std::map<std::string, Job> jobs_;
+  int next_ = 1;
+};
+
+class ClusterControllerTest : public testing::ControllerFixture {
+ protected:
+  ClusterControllerTest() : ControllerFixture("test-token") {}
+  static constexpr char kParent[] =
+      "/v2alpha1/projects/proj/locations/us-test1-a";
+
+  json Call(const std::string& method, const std::string& path,
+            const json* body = nullptr, int* status = nullptr) {
+    Result<HttpResponse> r = client_->Call(method, path, body);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    if (status) *status = r.ok() ? r->status : 0;
+    return r.ok() ? r->body : json();
+  }
+  json Get(const std::string& id) {
+    return Call("GET", std::string(kParent) + "/queuedResources/" + id);
+  }
+  std::string State(const std::string& id) {
+    json qr = Get(id);
+    return qr.contains("state") ? qr["state"].value("state", "") : "<none>";
+  }
+  bool WaitState(const std::string& id, const std::string& state) {
+    bool ok = WaitFor([&] { return State(id) == state; });
+    EXPECT_TRUE(ok) << id << " is " << State(id) << ", expected " << state;
+    return ok;
+  }
+};
+
+TEST_F(ClusterControllerTest, QueuedResourcesAreGangJobsOfTheCluster) {
+  auto cluster = std::make_shared<FakeCluster>(3);
+  ControllerOptions options;
+  options.cluster = cluster;
+  StartController(options);
+  json two = testing::CpuBody(2);
+  int status = 0;
+  Call("POST", std::string(kParent) + "/queuedResources?queued_resource_id=a",
+       &two, &status);
+  ASSERT_EQ(status, 200);
+  ASSERT_TRUE(WaitState("a", "ACTIVE"));
+  // Gang: 4 slices of one host cannot start on 3 nodes; it waits.
+  json four = testing::CpuBody(4);
+  Call("POST", std::string(kParent) + "/queuedResources?queued_resource_id=b",
+       &four, &status);
+  ASSERT_EQ(status, 200);
+  ASSERT_TRUE(WaitState("b", "WAITING_FOR_RESOURCES"));
+  json a = Get("a");
+  EXPECT_EQ(a["attempt"], 1);
+  EXPECT_EQ(a["nodes"][0]["hosts"], json({"n1"}));
+  EXPECT_EQ(a["nodes"][1]["hosts"], json({"n2"}));
+  EXPECT_EQ(a["nodes"][0]["state"], "READY");
+  // Repair: n1 fails under a's job; the job is requeued away from it and
+  // both slices restart as attempt 2, on n2 and n3.
+  cluster->Fail("n1");
+  ASSERT_TRUE(WaitFor([&] {
+    json qr = Get("a");
+    return qr["attempt"] == 2 && qr["state"]["state"] == "ACTIVE";
+  }));
+  a = Get("a");
+  EXPECT_EQ(a["nodes"][0]["hosts"], json({"n2"}));
+  EXPECT_EQ(a["nodes"][1]["hosts"], json({"n3"}));
+  // Reset requeues the job: ACTIVE again.
+  Call("POST", std::string(kParent) + "/queuedResources/a:reset", nullptr,
+       &status);
+  EXPECT_EQ(status, 200);
+  ASSERT_TRUE(WaitFor([&] { return Get("a")["attempt"] == 3; }));
+  ASSERT_TRUE(WaitState("a", "ACTIVE"));
+  EXPECT_EQ(State("b"), "WAITING_FOR_RESOURCES");  // still cannot start
+  // Delete cancels the job.
+  Call("DELETE", std::string(kParent) + "/queuedResources/a?force=true",
+       nullptr, &status);
+  EXPECT_EQ(status, 200);
+  ASSERT_TRUE(WaitFor([&] {
+    int s = 0;
+    Call("GET", std::string(kParent) + "/queuedResources/a", nullptr, &s);
+    return s == 404;
+  }));
+  EXPECT_GE(cluster->cancels, 1);
+}
+
+}  // namespace
+}  // namespace multislice::control

@@ -1,0 +1,257 @@
+#!/usr/bin/env bash
+# Issue 15 (points 1 and 2): the queued-resources controller on a real Slurm
+# cluster (multislice controller --capacity slurm). scripts/netns_cluster.sh
+# --slurm builds 3 nodes (h1..h3, CPUs=1 each), munged, slurmctld and a
+# slurmd per node; in the controller's namespace the controller runs with
+# --capacity slurm, and the queued-resources CLI drives it:
+#
+#   gang      a request of 4 x cpu-1 (4 nodes) on 3 nodes: Slurm holds the
+#             job PENDING (PartitionConfig), the queued resource stays
+#             WAITING_FOR_RESOURCES; delete cancels the job
+#   active    2 x cpu-1: one Slurm job of 2 nodes, ACTIVE; each worker's
+#             startup script ran once on its own node with the agents'
+#             environment (MEGASCALE_SLICE_ID, TPU_WORKER_ID,
+#             TPU_WORKER_HOSTNAMES, MEGASCALE_NUM_SLICES,
+#             MULTISLICE_ATTEMPT=1, MULTISLICE_ACCELERATOR_TYPE)
+#   repair    one of the job's nodes crashes (its slurmd, slurmstepd and
+#             worker killed): the node on it goes REPAIRING, the job is
+#             requeued away from it, and both slices run again as attempt 2
+#             on the two nodes left
+#   reset     queued-resources reset: the job is requeued, attempt 3 ACTIVE
+#   delete    the job is cancelled and the queued resource gone
+#
+# Afterwards nothing may be left (as slurm_cluster_test.sh). Exit 77 (CTest:
+# skipped) with one line when not root or without network namespaces or
+# Slurm. Every wait is bounded.
+#
+# Usage: slurm_controller_test.sh [MULTISLICE_BINARY]
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+prog=slurm_controller_test
+
+# ---------------------------------------------------------------------------
+# Inside the cluster: COMMAND of netns_cluster.sh --slurm.
+if [ "${1:-}" = "--inside" ]; then
+  scratch="$2"
+  ms=multislice
+  cluster_workdir="$(dirname "$(dirname "$SLURM_CONF")")"
+  echo "$cluster_workdir" > "$scratch/cluster_workdir"
+  zone=local-a
+  ctl_dir="$scratch/ctl"
+  mkdir -p "$ctl_dir"
+  fail() {
+    echo "$prog: FAILED: $*" >&2
+    echo "--- sinfo / squeue:" >&2
+    timeout 5 sinfo -N >&2 || true
+    timeout 5 squeue >&2 || true
+    echo "--- controller.log (tail):" >&2
+    tail -n 25 "$scratch/controller.log" >&2 || true
+    echo "--- slurmctld.log (tail):" >&2
+    tail -n 15 "$cluster_workdir/slurm/slurmctld.log" >&2 || true
+    exit 1
+  }
+  now() { date +%s.%N; }
+  since() { printf '%.1f' "$(echo "$(now) - $1" | bc)"; }
+  phase() { phase_name="$1"; phase_start=$(now); echo "== $prog: $1"; }
+  phase_done() { echo "== $prog: $phase_name passed in $(since "$phase_start") s"; }
+  wait_until() {
+    local seconds="$1" what="$2"; shift 2
+    local deadline
+    deadline=$(echo "$(now) + $seconds" | bc)
+    until "$@" >/dev/null 2>&1; do
+      if [ "$(echo "$(now) > $deadline" | bc)" = 1 ]; then
+        fail "$what: not within $seconds s"
+      fi
+      sleep 0.2
+    done
+  }
+  $ms controller --capacity slurm --bind 10.201.0.1 --port 8470 \
+    --data-dir "$ctl_dir" --slurm-workdir "$scratch/work" \
+    > "$scratch/controller.log" 2>&1 &
+  ctl_pid=$!
+  trap 'kill "$ctl_pid" 2>/dev/null; wait "$ctl_pid" 2>/dev/null || true;
+        timeout 10 scancel --user=root 2>/dev/null || true' EXIT
+  export MULTISLICE_CONTROLLER=http://10.201.0.1:8470
+  export MULTISLICE_TOKEN_FILE="$ctl_dir/token"
+  wait_until 20 "the controller" $ms queued-resources list --zone $zone
+
+  describe() { $ms queued-resources describe "$1" --zone $zone --format json; }
+  field() {  # field QR PYTHON-EXPRESSION-OF-q
+    describe "$1" 2>/dev/null | python3 -c "import json,sys; q=json.load(sys.stdin); print($2)"
+  }
+  is_state() { [ "$(field "$1" 'q["state"]["state"]')" = "$2" ]; }
+  workers="$scratch/workers.txt"
+  cat > "$scratch/startup.sh" <<EOF
+echo "\$SLURMD_NODENAME \$MEGASCALE_SLICE_ID \$TPU_WORKER_ID \$TPU_WORKER_HOSTNAMES \$MEGASCALE_NUM_SLICES \$MULTISLICE_ATTEMPT \$MULTISLICE_ACCELERATOR_TYPE" >> "$workers"
+exec sleep 1000
+EOF
+  address_of() { awk -v h="$1" '$1 == h { print $3 }' <<<"$MULTISLICE_CLUSTER_HOSTS"; }
+  # check_workers ATTEMPT: one line per slice of ATTEMPT, each on its own
+  # node, with the environment of a worker of that slice.
+  check_workers() {
+    local attempt="$1" lines node slice worker hosts slices att type seen=""
+    lines=$(awk -v a="$attempt" '$6 == a' "$workers")
+    [ "$(wc -l <<<"$lines")" -eq 2 ] || fail "attempt $attempt: workers '$lines', expected 2"
+    while read -r node slice worker hosts slices att type; do
+      [ "$worker" = 0 ] && [ "$slices" = 2 ] && [ "$type" = cpu-1 ] ||
+        fail "attempt $attempt: worker line '$node $slice $worker $hosts $slices $att $type'"
+      [ "$hosts" = "$(address_of "$node")" ] ||
+        fail "attempt $attempt: TPU_WORKER_HOSTNAMES=$hosts on $node ($(address_of "$node"))"
+      seen+="$slice "
+    done <<<"$lines"
+    [ "$(tr ' ' '\n' <<<"$seen" | sort | tr '\n' ' ')" = " 0 1 " ] ||
+      fail "attempt $attempt: slices '$seen', expected 0 and 1"
+    echo "$prog: attempt $attempt ran on $(awk '{print $1}' <<<"$lines" | tr '\n' ' ')"
+  }
+  wait_lines() { [ -s "$workers" ] && [ "$(awk -v a="$1" '$6 == a' "$workers" | wc -l)" -ge 2 ]; }
+
+  phase gang
+  $ms queued-resources create big --accelerator-type cpu-1 --node-count 4 \
+    --zone $zone --async > /dev/null || fail "create big"
+  wait_until 30 "big WAITING_FOR_RESOURCES" is_state big WAITING_FOR_RESOURCES
+  sleep 6  # beyond the controller's submit retry
+  [ "$(field big 'q["state"]["state"]')" = WAITING_FOR_RESOURCES ] ||
+    fail "big: $(field big 'q["state"]["state"]'), expected WAITING_FOR_RESOURCES"
+  # Slurm holds the job pending (PartitionConfig: more nodes than the
+  # partition has) or, with EnforcePartLimits, refuses it at sbatch.
+  big_job=$(timeout 5 squeue -h -n big -o '%i %T %r')
+  if [ -n "$big_job" ]; then
+    [[ "$big_job" == *" PENDING "* ]] || fail "big: Slurm job '$big_job', expected PENDING"
+    echo "$prog: big: Slurm job $big_job, the queued resource WAITING_FOR_RESOURCES"
+  else
+    grep "big: submit:" "$scratch/controller.log" | head -n 1
+  fi
+  $ms queued-resources delete big --zone $zone --force --quiet > /dev/null ||
+    fail "delete big"
+  big_gone() { ! describe big && [ -z "$(timeout 5 squeue -h -n big -o %i)" ]; }
+  wait_until 30 "big deleted and its job cancelled" big_gone
+  phase_done
+
+  phase active
+  start=$(now)
+  $ms queued-resources create a --accelerator-type cpu-1 --node-count 2 \
+    --zone $zone --metadata-from-file "startup-script=$scratch/startup.sh" \
+    --async > /dev/null || fail "create a"
+  wait_until 60 "a ACTIVE" is_state a ACTIVE
+  echo "$prog: a ACTIVE after $(since "$start") s;" \
+       "Slurm job $(timeout 5 squeue -h -n a -o '%i %T %N')"
+  wait_until 20 "a's workers of attempt 1" wait_lines 1
+  check_workers 1
+  phase_done
+
+  phase repair
+  victim=$(field a 'q["nodes"][0]["hosts"][0]')
+  [ -n "$victim" ] || fail "a: no host on node 0"
+  crash=$(now)
+  "$MULTISLICE_SLURM_NODE" crash "$victim" || fail "crash $victim"
+  echo "$prog: crashed $victim (node 0 of a)"
+  repairing() { [ "$(field a '",".join(n["state"] for n in q["nodes"])')" != "READY,READY" ] &&
+                field a '",".join(n["state"] for n in q["nodes"])' | grep -q REPAIRING; }
+  wait_until 60 "a's node REPAIRING" repairing
+  echo "$prog: a's node REPAIRING after $(since "$crash") s" \
+       "($(field a '" ".join(n["state"] for n in q["nodes"])'))"
+  attempt2() { is_state a ACTIVE && [ "$(field a 'q["attempt"]')" = 2 ]; }
+  wait_until 120 "a ACTIVE as attempt 2" attempt2
+  echo "$prog: a ACTIVE (attempt 2) after $(since "$crash") s"
+  wait_until 20 "a's workers of attempt 2" wait_lines 2
+  check_workers 2
+  awk '$6 == 2 { print $1 }' "$workers" | grep -qx "$victim" &&
+    fail "attempt 2 ran on the crashed node $victim"
+  phase_done
+
+  phase reset
+  start=$(now)
+  $ms queued-resources reset a --zone $zone --async > /dev/null || fail "reset a"
+  attempt3() { is_state a ACTIVE && [ "$(field a 'q["attempt"]')" = 3 ]; }
+  wait_until 120 "a ACTIVE as attempt 3" attempt3
+  wait_until 20 "a's workers of attempt 3" wait_lines 3
+  check_workers 3
+  echo "$prog: reset: attempt 3 ACTIVE after $(since "$start") s"
+  phase_done
+
+  phase delete
+  job=$(timeout 5 squeue -h -n a -o %i)
+  $ms queued-resources delete a --zone $zone --force --quiet > /dev/null ||
+    fail "delete a"
+  gone() { ! describe a; }
+  wait_until 60 "a deleted" gone
+  no_job() { [ -z "$(timeout 5 squeue -h -n a -o %i)" ]; }
+  wait_until 30 "Slurm job $job gone" no_job
+  echo "$prog: a deleted, Slurm job $job cancelled"
+  phase_done
+  exit 0
+fi
+
+# ---------------------------------------------------------------------------
+# Outside: skip when this machine cannot run it, build the cluster, check
+# that nothing is left.
+skip() { echo "$prog: SKIPPED: $*"; exit 77; }
+[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces, Slurm daemons)"
+for tool in ip tc python3 bc timeout unshare; do
+  command -v "$tool" > /dev/null || skip "needs $tool"
+done
+for tool in munged slurmctld slurmd srun sbatch sinfo scontrol squeue scancel; do
+  command -v "$tool" > /dev/null ||
+    skip "needs $tool (Debian's munge, slurmctld, slurmd, slurm-client: scripts/install_deps.sh)"
+done
+probe="msprobe$$"
+if ! ip netns add "$probe" 2> /dev/null; then
+  skip "ip netns is not available here (ip netns add failed)"
+fi
+probe_ok=1
+ip -n "$probe" link add p0 type veth peer name p1 2> /dev/null &&
+  ip netns exec "$probe" tc qdisc add dev p0 root handle 1: htb 2> /dev/null ||
+  probe_ok=0
+ip netns del "$probe"
+[ "$probe_ok" = 1 ] || skip "this kernel has no veth or htb qdisc"
+
+binary="${1:-$root/build/bin/multislice}"
+[ -x "$binary" ] || { echo "$prog: $binary is missing" >&2; exit 1; }
+scratch="$(mktemp -d /tmp/multislice-slurmctl-test-XXXXXX)"
+prefix="c$(( $$ % 100000 ))"
+trap 'rm -rf "$scratch"' EXIT
+# A copy: a build that relinks the binary meanwhile must not change it.
+mkdir "$scratch/bin"
+cp "$binary" "$scratch/bin/multislice"
+export MULTISLICE_BINARY="$scratch/bin/multislice"
+slurm_daemons() {
+  local name pid state
+  for name in munged slurmctld slurmd slurmstepd; do
+    for pid in $(pgrep -x "$name" || true); do
+      state=$(ps -o stat= -p "$pid" 2> /dev/null | cut -c1 || true)
+      [ -z "$state" ] || [ "$state" = Z ] || echo "$pid"
+    done
+  done | sort
+}
+daemons_before=$(slurm_daemons)
+start=$(date +%s.%N)
+code=0
+timeout -s TERM -k 30 400 "$root/scripts/netns_cluster.sh" --slurm --hosts 3 \
+  --accelerator_type cpu-1 --prefix "$prefix" \
+  -- bash "$here/slurm_controller_test.sh" --inside "$scratch" || code=$?
+printf '%s: cluster and tests: %.1f s, exit %d\n' "$prog" \
+  "$(echo "$(date +%s.%N) - $start" | bc)" "$code"
+
+left=$(ip netns list | awk -v p="$prefix-" 'index($1, p) == 1 { print $1 }')
+[ -z "$left" ] || { echo "$prog: FAILED: namespaces left: $left" >&2; code=1; }
+etc_left=$(compgen -G "/etc/netns/$prefix-*" || true)
+[ -z "$etc_left" ] || { echo "$prog: FAILED: left: $etc_left" >&2; code=1; }
+cluster_workdir=$(cat "$scratch/cluster_workdir" 2> /dev/null || true)
+if [ -n "$cluster_workdir" ]; then
+  [ ! -e "$cluster_workdir" ] ||
+    { echo "$prog: FAILED: $cluster_workdir is left" >&2; code=1; }
+  procs=$(pgrep -f -- "$cluster_workdir" || true)
+  [ -z "$procs" ] ||
+    { echo "$prog: FAILED: processes left: $(ps -o pid=,args= -p $procs)" >&2; code=1; }
+fi
+procs=$(pgrep -f -- "$scratch" || true)
+[ -z "$procs" ] ||
+  { echo "$prog: FAILED: processes left: $(ps -o pid=,args= -p $procs)" >&2; code=1; }
+daemons_after=$(slurm_daemons)
+new_daemons=$(comm -13 <(echo "$daemons_before") <(echo "$daemons_after") | grep . || true)
+[ -z "$new_daemons" ] ||
+  { echo "$prog: FAILED: daemons left: $(ps -o pid=,args= -p $new_daemons)" >&2; code=1; }
+[ "$code" -eq 0 ] && echo "$prog: PASSED (nothing left behind)"
+exit "$code"
