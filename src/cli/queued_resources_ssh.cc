@@ -2,9 +2,16 @@
 // queued resource through their agents (control/agent/ssh.h). Takes
 // gcloud's --zone, --project and --quiet too; the queued resource must be in
 // that zone.
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/control_client.h"
@@ -35,16 +42,73 @@ int Fail(int code, const std::string& message) {
   return code;
 }
 
-// The queued resource exists in --project/--zone (the workers' listing
-// knows ids only).
-Status CheckLocated(const SshFlags& flags) {
+// The queued resource in --project/--zone (the workers' listing knows ids
+// only).
+Result<nlohmann::json> GetLocated(const SshFlags& flags) {
   ASSIGN_OR_RETURN(control::ApiClient client,
                    MakeControllerClient(flags.controller));
-  return CheckedBody(client.Call("GET", "/v2alpha1/projects/" + flags.project +
-                                            "/locations/" + flags.zone +
-                                            "/queuedResources/" +
-                                            flags.queued_resource))
-      .status();
+  return CheckedBody(client.Call(
+      "GET", "/v2alpha1/projects/" + flags.project + "/locations/" +
+                 flags.zone + "/queuedResources/" + flags.queued_resource));
+}
+
+// A queued resource on Slurm capacity (controller --capacity slurm): its
+// workers are the tasks of Slurm job `clusterJob`, so the command runs as
+// one more step of that job on the chosen workers' nodes (srun --overlap:
+// beside the workers' own step), each output line labelled as on agents.
+// srun's exit code is the highest of the workers'.
+int ExecSshOverSlurm(const SshFlags& flags, const nlohmann::json& qr,
+                     const control::Selection& nodes,
+                     const control::Selection& workers) {
+  const std::string job = qr.value("clusterJob", "");
+  std::string nodelist, labels;
+  int count = 0;
+  const nlohmann::json list = qr.value("nodes", nlohmann::json::array());
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (!nodes.Contains(static_cast<int>(i))) continue;
+    const nlohmann::json hosts =
+        list[i].value("hosts", nlohmann::json::array());
+    for (size_t w = 0; w < hosts.size(); ++w) {
+      if (!workers.Contains(static_cast<int>(w)) || !hosts[w].is_string()) {
+        continue;
+      }
+      const std::string host = hosts[w];
+      nodelist += (nodelist.empty() ? "" : ",") + host;
+      labels += host + ":" + std::to_string(i) + ":" + std::to_string(w) + " ";
+      ++count;
+    }
+  }
+  if (count == 0) {
+    return Fail(2, "--node " + flags.node + " --worker " + flags.worker +
+                       ": no worker of " + flags.queued_resource +
+                       " runs there (is it ACTIVE?)");
+  }
+  const std::string script =
+      "for e in $MULTISLICE_SSH_LABELS; do IFS=: read -r h n w <<<\"$e\"; "
+      "[ \"$h\" = \"$SLURMD_NODENAME\" ] && break; done; "
+      "bash -c \"$MULTISLICE_SSH_COMMAND\" 2>&1 | "
+      "sed -u \"s/^/[node $n worker $w] /\"; exit ${PIPESTATUS[0]}";
+  ::setenv("MULTISLICE_SSH_LABELS", labels.c_str(), 1);
+  ::setenv("MULTISLICE_SSH_COMMAND", flags.command.c_str(), 1);
+  std::vector<std::string> args = {"srun",
+                                   "--jobid=" + job,
+                                   "--overlap",
+                                   "--quiet",
+                                   "--nodelist=" + nodelist,
+                                   "--nodes=" + std::to_string(count),
+                                   "--ntasks=" + std::to_string(count),
+                                   "--ntasks-per-node=1",
+                                   "bash",
+                                   "-c",
+                                   script};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(nullptr);
+  ::execvp("srun", argv.data());
+  return Fail(1, "cannot run srun (Slurm's client) for " +
+                     flags.queued_resource +
+                     ", a queued resource on Slurm: " + std::strerror(errno));
 }
 
 int RunSshCommand(const SshFlags& flags) {
@@ -72,8 +136,13 @@ int RunSshCommand(const SshFlags& flags) {
       !name.ok()) {
     return Fail(2, name.message());
   }
-  if (Status located = CheckLocated(flags); !located.ok()) {
-    return Fail(ExitCodeFor(located), InCliTerms(located.message()));
+  Result<nlohmann::json> located = GetLocated(flags);
+  if (!located.ok()) {
+    return Fail(ExitCodeFor(located.status()),
+                InCliTerms(located.status().message()));
+  }
+  if (located->contains("clusterJob")) {
+    return ExecSshOverSlurm(flags, *located, *nodes, *workers);
   }
   auto access = control::ResolveControllerAccess(flags.controller.controller,
                                                  flags.controller.token_file);
@@ -99,7 +168,10 @@ void AddQueuedResourcesSshCommand(CLI::App& queued_resources,
       "resource, through their hosts' agents. Every output line is printed "
       "as '[node N worker W] line'. Exits with the first non-zero exit code "
       "of a worker, in the order they finished (255 when an agent cannot be "
-      "reached), or 0 when all succeed.\n"
+      "reached), or 0 when all succeed. On a controller with --capacity "
+      "slurm the command runs as a step of the queued resource's Slurm job "
+      "(srun --overlap on the chosen workers' nodes; the exit code is "
+      "srun's, the highest of the workers').\n"
       "Batches: with --batch-size B, at most B workers run at once. A "
       "command that waits for every worker (a training job) would deadlock "
       "in batches, so when --batch-wait seconds pass without any worker of "

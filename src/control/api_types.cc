@@ -1074,6 +1074,9 @@ json QueuedResourceRecord::ToApi(const std::string& api) const {
   out["nodes"] = nodes_json;
   out["tier"] = TierName(spec.tier);
   out["attempt"] = attempt;
+  // On Slurm capacity: the job holding the nodes (`queued-resources ssh`
+  // runs there as a step of it).
+  if (!cluster_job.empty()) out["clusterJob"] = cluster_job;
   out["quotaHeldChips"] = holds_quota ? total_chips() : 0;
   json history = json::array();
   for (const StateChange& c : state_history) {

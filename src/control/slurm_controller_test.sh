@@ -12,7 +12,9 @@
 #             startup script ran once on its own node with the agents'
 #             environment (MEGASCALE_SLICE_ID, TPU_WORKER_ID,
 #             TPU_WORKER_HOSTNAMES, MEGASCALE_NUM_SLICES,
-#             MULTISLICE_ATTEMPT=1, MULTISLICE_ACCELERATOR_TYPE)
+#             MULTISLICE_ATTEMPT=1, MULTISLICE_ACCELERATOR_TYPE);
+#             queued-resources ssh --node=all runs on each worker's node as
+#             a step of the job, and passes a worker's exit code on
 #   repair    one of the job's nodes crashes (its slurmd, slurmstepd and
 #             worker killed): the node on it goes REPAIRING, the job is
 #             requeued away from it, and both slices run again as attempt 2
@@ -139,6 +141,20 @@ EOF
        "Slurm job $(timeout 5 squeue -h -n a -o '%i %T %N')"
   wait_until 20 "a's workers of attempt 1" wait_lines 1
   check_workers 1
+  # queued-resources ssh: a step of the job on every worker's node.
+  $ms queued-resources ssh a --zone $zone --node=all --worker=all \
+    --command 'echo "$(hostname) $SLURM_JOB_ID"' > "$scratch/ssh.out" 2>&1 ||
+    fail "ssh: exit $?: $(cat "$scratch/ssh.out")"
+  cat "$scratch/ssh.out"
+  job=$(timeout 5 squeue -h -n a -o %i)
+  for i in 0 1; do
+    grep -qx "\[node $i worker 0\] $(field a "q['nodes'][$i]['hosts'][0]") $job" \
+      "$scratch/ssh.out" || fail "ssh: no line of node $i on its host in job $job"
+  done
+  code=0
+  $ms queued-resources ssh a --zone $zone --node=1 --worker=all \
+    --command 'exit 3' > /dev/null 2>&1 || code=$?
+  [ "$code" = 3 ] || fail "ssh --command 'exit 3': exit $code, expected 3"
   phase_done
 
   phase repair
