@@ -90,7 +90,9 @@ struct ClusterJobSpec {
   int hosts_per_slice = 1;
   std::string accelerator_type;
   std::string startup_script;
-  int64_t valid_until_ms = 0;  // wall ms; 0: none. The job's deadline.
+  // valid_until is not passed to the cluster: Slurm's --deadline also cuts
+  // the time limit of a job that started, and a queued resource's deadline
+  // ends only its wait. The reconciler cancels a job still pending then.
 };
 
 // A job as the cluster reports it.

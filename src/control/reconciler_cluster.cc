@@ -10,7 +10,8 @@
 //   running, every worker started        ACTIVE
 //   requeued (a node failed, or reset)   attempt + 1; the failed node's
 //                                        slice REPAIRING, others RESTARTING
-//   ended by itself (deadline, failure)  FAILED
+//   still pending at valid_until         cancelled, FAILED
+//   ended by itself (failure, time limit) FAILED
 //   cancelled (delete)                   DELETING, then gone
 #include <algorithm>
 
@@ -169,7 +170,6 @@ void Reconciler::TickCluster() {
       spec.hosts_per_slice = r.hosts_per_slice;
       spec.accelerator_type = r.spec.accelerator_type;
       spec.startup_script = r.spec.startup_script;
-      spec.valid_until_ms = r.spec.valid_until_ms;
       busy_.insert(name);
       RunOnWorkThread([this, name, version, spec] {
         ClusterWork w;
@@ -185,15 +185,23 @@ void Reconciler::TickCluster() {
     if (steady < next_poll_[name]) continue;
     next_poll_[name] = steady + kPollIntervalMs;
     const std::string job = r.cluster_job;
-    const std::string action = !stopping            ? "query"
-                               : r.delete_requested ? "cancel"
-                                                    : "requeue";
+    // valid_until bounds the wait for the first start only (as admission
+    // does on agents): a job still pending then is cancelled.
+    const bool expired = !stopping && r.spec.valid_until_ms > 0 &&
+                         WallMs() >= r.spec.valid_until_ms &&
+                         r.state == QrState::kWaitingForResources &&
+                         r.attempt == 1;
+    std::string action = "query";
+    if (expired) action = "expire";
+    if (stopping) action = r.delete_requested ? "cancel" : "requeue";
     const int attempt = r.attempt;
     busy_.insert(name);
     RunOnWorkThread([this, name, version, job, action, attempt] {
       ClusterWork w;
       w.action = action;
-      if (action == "cancel") w.status = cluster_->Cancel(job);
+      if (action == "cancel" || action == "expire") {
+        w.status = cluster_->Cancel(job);
+      }
       if (action == "requeue") w.status = cluster_->Requeue(job, {});
       Result<ClusterJobStatus> st = cluster_->Query(job);
       if (st.ok()) {
@@ -255,6 +263,20 @@ void Reconciler::ApplyClusterWork(const std::string& name, uint64_t version,
     done.complete = true;
     ApplyWork(name, version, "stop", r.attempt, done);
     return;
+  } else if (w.action == "expire") {
+    if (!w.status.ok()) return;  // retried
+    r.state = QrState::kFailed;
+    r.state_initiator = "SERVICE";
+    r.failed_error = "the valid_until deadline " +
+                     FormatTimestamp(r.spec.valid_until_ms) +
+                     " passed before resources were available (Slurm job " +
+                     r.cluster_job + " cancelled)";
+    for (NodeRecord& n : r.nodes) {
+      n.started = false;
+      n.hosts.clear();
+    }
+    state_.FinishOps(r, r.ToApi(), &ops);
+    state_.Log(r.id + ": FAILED: " + r.failed_error);
   } else if (w.action == "requeue") {
     if (!w.status.ok()) return;  // retried
     r.attempt += 1;

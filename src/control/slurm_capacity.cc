@@ -4,7 +4,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -141,16 +140,6 @@ std::string FilePart(const std::string& s) {
   return out;
 }
 
-// Slurm's --deadline takes local time.
-std::string SlurmTime(int64_t wall_ms) {
-  const time_t t = static_cast<time_t>(wall_ms / 1000);
-  tm local{};
-  ::localtime_r(&t, &local);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &local);
-  return buf;
-}
-
 }  // namespace
 
 std::unique_ptr<CommandRunner> NewCommandRunner(
@@ -274,9 +263,6 @@ Result<std::string> SlurmCapacity::Submit(const ClusterJobSpec& spec) {
       "--output=" + base + "-%j.out"};
   if (!options_.partition.empty()) {
     argv.push_back("--partition=" + options_.partition);
-  }
-  if (spec.valid_until_ms > 0) {
-    argv.push_back("--deadline=" + SlurmTime(spec.valid_until_ms));
   }
   argv.push_back(batch);
   ASSIGN_OR_RETURN(std::string out, runner_->Run(argv));

@@ -64,7 +64,6 @@ TEST(SlurmCapacityTest, SubmitsOneGangJobOfEverySlicesNodes) {
   spec.hosts_per_slice = 2;
   spec.accelerator_type = "v4-16";
   spec.startup_script = "echo hi";
-  spec.valid_until_ms = 4102444800000;  // 2100-01-01
   Result<std::string> job = slurm.Submit(spec);
   ASSERT_TRUE(job.ok()) << job.status().message();
   EXPECT_EQ(*job, "4242");
@@ -77,10 +76,10 @@ TEST(SlurmCapacityTest, SubmitsOneGangJobOfEverySlicesNodes) {
   EXPECT_TRUE(Has(argv, "--requeue"));
   EXPECT_TRUE(Has(argv, "--partition=batch"));
   EXPECT_TRUE(Has(argv, "--job-name=qr1"));
-  bool deadline = false;
-  for (const std::string& a : argv)
-    deadline |= a.rfind("--deadline=21", 0) == 0;
-  EXPECT_TRUE(deadline);
+  for (const std::string& a : argv) {
+    EXPECT_NE(a.rfind("--deadline", 0), 0u) << "a deadline also ends a job "
+                                               "that started";
+  }
   std::ifstream startup(dir.path() + "/work/qr1-qr1-abc.startup.sh");
   std::stringstream text;
   text << startup.rdbuf();
@@ -481,6 +480,21 @@ TEST_F(ClusterControllerTest, QueuedResourcesAreGangJobsOfTheCluster) {
   ASSERT_TRUE(WaitFor([&] { return Get("a")["attempt"] == 3; }));
   ASSERT_TRUE(WaitState("a", "ACTIVE"));
   EXPECT_EQ(State("b"), "WAITING_FOR_RESOURCES");  // still cannot start
+  // valid_until ends only the wait: c (2 nodes) pends behind a and is
+  // cancelled at its deadline, FAILED saying so.
+  json c_body = testing::CpuBody(2);
+  c_body["queueing_policy"] = {{"valid_until_duration", "2s"}};
+  Call("POST", std::string(kParent) + "/queuedResources?queued_resource_id=c",
+       &c_body, &status);
+  ASSERT_EQ(status, 200);
+  ASSERT_TRUE(WaitState("c", "WAITING_FOR_RESOURCES"));
+  const int cancels = cluster->cancels;
+  ASSERT_TRUE(WaitFor([&] { return State("c") == "FAILED"; },
+                      std::chrono::seconds(10)));
+  EXPECT_NE(Get("c")["state"].dump().find("valid_until"), std::string::npos)
+      << Get("c")["state"].dump();
+  EXPECT_EQ(cluster->cancels, cancels + 1);
+  EXPECT_EQ(State("a"), "ACTIVE");
   // Delete cancels the job.
   Call("DELETE", std::string(kParent) + "/queuedResources/a?force=true",
        nullptr, &status);

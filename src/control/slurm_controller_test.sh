@@ -15,6 +15,8 @@
 #             MULTISLICE_ATTEMPT=1, MULTISLICE_ACCELERATOR_TYPE);
 #             queued-resources ssh --node=all runs on each worker's node as
 #             a step of the job, and passes a worker's exit code on
+#   deadline  a request that pends behind it past its valid_until: its job
+#             cancelled, FAILED
 #   repair    one of the job's nodes crashes (its slurmd, slurmstepd and
 #             worker killed): the node on it goes REPAIRING, the job is
 #             requeued away from it, and both slices run again as attempt 2
@@ -155,6 +157,22 @@ EOF
   $ms queued-resources ssh a --zone $zone --node=1 --worker=all \
     --command 'exit 3' > /dev/null 2>&1 || code=$?
   [ "$code" = 3 ] || fail "ssh --command 'exit 3': exit $code, expected 3"
+  phase_done
+
+  phase deadline
+  # late (2 nodes) pends behind a (2 of the 3): at its valid_until the job is
+  # cancelled and the queued resource FAILED; a runs on.
+  $ms queued-resources create late --accelerator-type cpu-1 --node-count 2 \
+    --zone $zone --valid-until-duration 6s --async > /dev/null || fail "create late"
+  wait_until 20 "late WAITING_FOR_RESOURCES" is_state late WAITING_FOR_RESOURCES
+  late_job=$(timeout 5 squeue -h -n late -o '%i %T %r')
+  [[ "$late_job" == *" PENDING "* ]] || fail "late: Slurm job '$late_job', expected PENDING"
+  wait_until 30 "late FAILED at its valid_until" is_state late FAILED
+  field late 'q["state"]["failedData"]["error"]["message"]'
+  late_gone() { [ -z "$(timeout 5 squeue -h -n late -o %i)" ]; }
+  wait_until 20 "late's job cancelled" late_gone
+  is_state a ACTIVE || fail "a: $(field a 'q["state"]["state"]') after late's deadline"
+  $ms queued-resources delete late --zone $zone --quiet > /dev/null || fail "delete late"
   phase_done
 
   phase repair
