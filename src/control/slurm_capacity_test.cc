@@ -16,6 +16,7 @@
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "common/temp_dir.h"
 #include "control/control_testing.h"
@@ -335,6 +336,7 @@ class FakeCluster : public ClusterCapacity {
           "sbatch failed: Requested node configuration is not available");
     }
     const std::string id = std::to_string(next_++);
+    ++submits;
     jobs_[id].need = need;
     Place();
     return id;
@@ -385,6 +387,7 @@ class FakeCluster : public ClusterCapacity {
     down_.insert(node);
   }
   int cancels = 0;
+  int submits = 0;
 
  private:
   struct Job {
@@ -505,6 +508,47 @@ TEST_F(ClusterControllerTest, QueuedResourcesAreGangJobsOfTheCluster) {
     return s == 404;
   }));
   EXPECT_GE(cluster->cancels, 1);
+}
+
+// A controller restarted on its data directory follows the jobs it had
+// submitted: no second job, the same attempt, and delete still cancels.
+TEST_F(ClusterControllerTest, ARestartedControllerFollowsItsJobs) {
+  auto cluster = std::make_shared<FakeCluster>(3);
+  ControllerOptions options;
+  options.cluster = cluster;
+  StartController(options);
+  json two = testing::CpuBody(2);
+  int status = 0;
+  Call("POST", std::string(kParent) + "/queuedResources?queued_resource_id=a",
+       &two, &status);
+  ASSERT_EQ(status, 200);
+  ASSERT_TRUE(WaitState("a", "ACTIVE"));
+  controller_.reset();
+  StartController(options);
+  EXPECT_EQ(State("a"), "ACTIVE");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // 2 polls
+  EXPECT_EQ(State("a"), "ACTIVE");
+  EXPECT_EQ(Get("a")["attempt"], 1);
+  EXPECT_EQ(Get("a")["clusterJob"], "1");
+  EXPECT_EQ(cluster->submits, 1);
+  // A node failure while it was down is repaired once it is back.
+  controller_.reset();
+  cluster->Fail("n2");
+  StartController(options);
+  ASSERT_TRUE(WaitFor([&] {
+    json qr = Get("a");
+    return qr["attempt"] == 2 && qr["state"]["state"] == "ACTIVE";
+  }));
+  Call("DELETE", std::string(kParent) + "/queuedResources/a?force=true",
+       nullptr, &status);
+  EXPECT_EQ(status, 200);
+  ASSERT_TRUE(WaitFor([&] {
+    int s = 0;
+    Call("GET", std::string(kParent) + "/queuedResources/a", nullptr, &s);
+    return s == 404;
+  }));
+  EXPECT_EQ(cluster->cancels, 1);
+  EXPECT_EQ(cluster->submits, 1);
 }
 
 }  // namespace
