@@ -23,6 +23,9 @@
 #             on the two nodes left
 #   reset     queued-resources reset: the job is requeued, attempt 3 ACTIVE
 #   delete    the job is cancelled and the queued resource gone
+#   train     a training (2 slices of cpu-1) as the startup script; a node
+#             of its job crashes after a checkpoint; attempt 2 on the spare
+#             resumes from it and every loss equals the local run's
 #
 # Afterwards nothing may be left (as slurm_cluster_test.sh). Exit 77 (CTest:
 # skipped) with one line when not root or without network namespaces or
@@ -193,6 +196,9 @@ EOF
   check_workers 2
   awk '$6 == 2 { print $1 }' "$workers" | grep -qx "$victim" &&
     fail "attempt 2 ran on the crashed node $victim"
+  "$MULTISLICE_SLURM_NODE" start "$victim"
+  node_back() { timeout 5 sinfo -h -n "$victim" -o '%t' | grep -Eq '^(idle|alloc|mix)'; }
+  wait_until 60 "$victim back in service" node_back
   phase_done
 
   phase reset
@@ -214,6 +220,81 @@ EOF
   no_job() { [ -z "$(timeout 5 squeue -h -n a -o %i)" ]; }
   wait_until 30 "Slurm job $job gone" no_job
   echo "$prog: a deleted, Slurm job $job cancelled"
+  phase_done
+
+  phase train
+  # A training as the startup script of 2 x cpu-1; a node of its job crashes
+  # after a checkpoint; the job is requeued away from it, attempt 2 resumes
+  # from the checkpoint, and every step's loss is the uninterrupted local
+  # run's.
+  mkdir -p "$scratch/code"
+  $ms data prepare --output "$scratch/ds" > /dev/null
+  cat > "$scratch/code/tiny.yml" <<EOF
+emb_dim: 32
+num_heads: 2
+num_decoder_layers: 1
+mlp_dim: 64
+max_target_length: 16
+dtype: f32
+warmup_steps: 2
+learning_rate: 3.0e-3
+eval_interval: 1000
+steps: 16
+checkpoint_period: 4
+per_device_batch_size: 1
+dcn_data_parallelism: 2
+dataset_path: $scratch/ds
+EOF
+  losses() {
+    python3 - "$1" > "$2" <<'EOF'
+import json, sys
+losses = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "step" in r:
+        losses[r["step"]] = r["loss"]
+for step in sorted(losses):
+    print(step, repr(losses[step]))
+EOF
+  }
+  (cd "$scratch/code" && timeout 120 $ms train tiny.yml --num_slices 2 \
+    --accelerator_type cpu-1 base_output_directory="$scratch/local" run_name=ref) \
+    > "$scratch/local.out" 2>&1 || fail "the local run: $(tail -n 5 "$scratch/local.out")"
+  losses "$scratch/local/ref/metrics.jsonl" "$scratch/reference_losses"
+  [ "$(wc -l < "$scratch/reference_losses")" -eq 16 ] || fail "the local run: not 16 steps"
+  cat > "$scratch/train.sh" <<EOF
+export MULTISLICE_TEST_STEP_DELAY_MS=500
+cd "$scratch/code" && exec $ms train tiny.yml base_output_directory="$scratch/out" \
+  run_name=t > "$scratch/train-\$MEGASCALE_SLICE_ID-\$MULTISLICE_ATTEMPT.log" 2>&1
+EOF
+  $ms queued-resources create t --accelerator-type cpu-1 --node-count 2 \
+    --zone $zone --metadata-from-file "startup-script=$scratch/train.sh" \
+    --async > /dev/null || fail "create t"
+  metrics="$scratch/out/t/metrics.jsonl"
+  steps_in() { [ -s "$metrics" ] && [ "$(grep -c '"step"' "$metrics")" -ge "$1" ]; }
+  checkpoint_in() { compgen -G "$scratch/out/t/checkpoints/*" > /dev/null; }
+  wait_until 60 "t's first 6 steps" steps_in 6
+  wait_until 30 "t's first checkpoint" checkpoint_in
+  victim=$(field t 'q["nodes"][1]["hosts"][0]')
+  echo "$prog: $(grep -c '"step"' "$metrics") steps in; crashing $victim (node 1 of t)"
+  crash=$(now)
+  "$MULTISLICE_SLURM_NODE" crash "$victim" || fail "crash $victim"
+  t_attempt2() { is_state t ACTIVE && [ "$(field t 'q["attempt"]')" = 2 ]; }
+  wait_until 120 "t ACTIVE as attempt 2" t_attempt2
+  echo "$prog: t ACTIVE (attempt 2) after $(since "$crash") s"
+  done_16() {
+    losses "$metrics" "$scratch/t_losses" &&
+      [ "$(wc -l < "$scratch/t_losses")" -eq 16 ] &&
+      grep -q "resumed from checkpoint step" "$scratch"/train-*-2.log
+  }
+  wait_until 120 "t's attempt 2 to step 16" done_16
+  grep -h "resumed from checkpoint step" "$scratch"/train-*-2.log | head -n 1
+  if ! cmp -s "$scratch/t_losses" "$scratch/reference_losses"; then
+    diff "$scratch/reference_losses" "$scratch/t_losses" | head -n 10 >&2 || true
+    fail "t: losses differ from the local run's (< local, > t)"
+  fi
+  echo "$prog: t: 16 steps across the repair, every loss the local run's"
+  $ms queued-resources delete t --zone $zone --force --quiet > /dev/null || fail "delete t"
   phase_done
   exit 0
 fi
