@@ -50,6 +50,7 @@ struct ControllerCommandFlags {
   std::string capacity = "agents";  // agents | slurm
   std::string slurm_partition;
   std::string slurm_workdir;  // default: DATA_DIR/slurm
+  std::vector<std::string> slurm_tier_partitions;  // TIER=PARTITION
 };
 
 // Whether any process of process group `group` is alive: zombies do not
@@ -237,6 +238,17 @@ int RunController(const ControllerCommandFlags& flags) {
     }
     control::SlurmOptions slurm;
     slurm.partition = flags.slurm_partition;
+    for (const std::string& tp : flags.slurm_tier_partitions) {
+      const size_t eq = tp.find('=');
+      Result<control::Tier> tier = control::ParseTierName(
+          tp.substr(0, eq == std::string::npos ? 0 : eq));
+      if (!tier.ok() || eq + 1 >= tp.size()) {
+        return Fail(2, "--slurm-tier-partition: '" + tp +
+                           "' is not TIER=PARTITION with TIER one of "
+                           "reserved, on-demand, spot, best-effort");
+      }
+      slurm.tier_partitions[control::TierName(*tier)] = tp.substr(eq + 1);
+    }
     slurm.workdir = std::filesystem::absolute(flags.slurm_workdir.empty()
                                                   ? data_dir + "/slurm"
                                                   : flags.slurm_workdir)
@@ -417,6 +429,12 @@ void AddControllerCommand(CLI::App& root, CommandTable& table) {
   AddStringFlag(cmd, "slurm_partition", &flags->slurm_partition,
                 "--capacity slurm: the partition jobs are submitted to "
                 "(default: the cluster's default).");
+  cmd->add_option(FlagNames("slurm_tier_partition"),
+                  flags->slurm_tier_partitions,
+                  "--capacity slurm: TIER=PARTITION sends the jobs of a tier "
+                  "(reserved, on-demand, spot, best-effort) to that "
+                  "partition, e.g. spot to one a reserved partition preempts "
+                  "(a preempted job's QR is SUSPENDED); repeat for more.");
   AddStringFlag(cmd, "slurm_workdir", &flags->slurm_workdir,
                 "--capacity slurm: the directory, seen at the same path by "
                 "every node, of the batch scripts, their output and the "

@@ -89,6 +89,7 @@ struct ClusterJobSpec {
   int slices = 1;
   int hosts_per_slice = 1;
   std::string accelerator_type;
+  std::string tier;  // TierName: reserved, on-demand, spot, best-effort
   std::string startup_script;
   // valid_until is not passed to the cluster: Slurm's --deadline also cuts
   // the time limit of a job that started, and a queued resource's deadline

@@ -11,6 +11,7 @@
 //   requeued (a node failed, or reset)   attempt + 1; the failed node's
 //                                        slice REPAIRING, others RESTARTING
 //   still pending at valid_until         cancelled, FAILED
+//   preempted (PreemptMode=CANCEL)       SUSPENDED
 //   ended by itself (failure, time limit) FAILED
 //   cancelled (delete)                   DELETING, then gone
 #include <algorithm>
@@ -40,7 +41,24 @@ ClusterFollow FollowClusterJob(QueuedResourceRecord& r,
   const int slices = static_cast<int>(r.nodes.size());
   const int hosts = r.hosts_per_slice;
   if (IsEnded(job.phase)) {
-    if (r.state == QrState::kFailed) return out;
+    if (r.state == QrState::kFailed || r.state == QrState::kSuspended) {
+      return out;
+    }
+    if (job.state == "PREEMPTED") {
+      // Slurm preempted the job for a higher-priority one (PreemptMode=
+      // CANCEL): as a spot QR preempted on agents.
+      r.state = QrState::kSuspended;
+      r.state_initiator = "SERVICE";
+      for (NodeRecord& n : r.nodes) {
+        n.started = false;
+        n.hosts.clear();
+        n.state = "PREEMPTED";
+      }
+      out.changed = out.finish_ops = true;
+      out.log =
+          r.id + ": SUSPENDED (Slurm job " + r.cluster_job + " preempted)";
+      return out;
+    }
     r.state = QrState::kFailed;
     r.state_initiator = "SERVICE";
     const std::string word = job.state.empty() ? "GONE" : job.state;
@@ -169,6 +187,7 @@ void Reconciler::TickCluster() {
       spec.slices = static_cast<int>(r.nodes.size());
       spec.hosts_per_slice = r.hosts_per_slice;
       spec.accelerator_type = r.spec.accelerator_type;
+      spec.tier = TierName(r.spec.tier);
       spec.startup_script = r.spec.startup_script;
       busy_.insert(name);
       RunOnWorkThread([this, name, version, spec] {
@@ -181,7 +200,10 @@ void Reconciler::TickCluster() {
       });
       continue;
     }
-    if (!stopping && r.state == QrState::kFailed) continue;  // job over
+    if (!stopping &&
+        (r.state == QrState::kFailed || r.state == QrState::kSuspended)) {
+      continue;  // job over
+    }
     if (steady < next_poll_[name]) continue;
     next_poll_[name] = steady + kPollIntervalMs;
     const std::string job = r.cluster_job;

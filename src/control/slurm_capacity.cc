@@ -224,6 +224,10 @@ std::string SlurmBatchScript(const ClusterJobSpec& spec,
        "JAX_NUM_PROCESSES=$SLURM_NTASKS JAX_PROCESS_ID=$SLURM_PROCID\n"
     << "  exec bash \"$MULTISLICE_SLURM_STARTUP\"\n"
     << "'\n"
+    // A startup script that ended before a poll saw its step still started
+    // every worker: the job's comment says so.
+    << "scontrol update JobId=\"$SLURM_JOB_ID\" "
+       "Comment=\"multislice-workers-ran-$MULTISLICE_ATTEMPT\"\n"
     // The nodes stay the queued resource's until it is deleted.
     << "exec sleep infinity\n";
   return s.str();
@@ -261,9 +265,11 @@ Result<std::string> SlurmCapacity::Submit(const ClusterJobSpec& spec) {
       "--requeue",
       "--chdir=" + options_.workdir,
       "--output=" + base + "-%j.out"};
-  if (!options_.partition.empty()) {
-    argv.push_back("--partition=" + options_.partition);
-  }
+  auto tier = options_.tier_partitions.find(spec.tier);
+  const std::string partition = tier != options_.tier_partitions.end()
+                                    ? tier->second
+                                    : options_.partition;
+  if (!partition.empty()) argv.push_back("--partition=" + partition);
   argv.push_back(batch);
   ASSIGN_OR_RETURN(std::string out, runner_->Run(argv));
   // --parsable: "JOBID" or "JOBID;CLUSTER".
@@ -298,7 +304,10 @@ Result<ClusterJobStatus> SlurmCapacity::Query(const std::string& job) {
     std::string n;
     while (in >> n) st.nodes.push_back(n);
   }
-  if (st.phase == ClusterJobStatus::Phase::kRunning) {
+  // The batch script's mark once the workers' step of this run ended.
+  st.workers_started = f["Comment"] == "multislice-workers-ran-" +
+                                           std::to_string(st.restarts + 1);
+  if (st.phase == ClusterJobStatus::Phase::kRunning && !st.workers_started) {
     // The workers' step: "JOB.0" (the batch step is not listed by squeue).
     ASSIGN_OR_RETURN(std::string steps,
                      runner_->Run({"squeue", "--noheader", "--steps",

@@ -47,6 +47,10 @@ struct SlurmOptions {
   // Where the batch scripts, their output and the workers' file:// store
   // live; every node must see it at the same path (the submit directory).
   std::string workdir;
+  // Tier name (TierName) -> the partition its jobs go to instead, e.g. spot
+  // to a partition a reserved one preempts (PreemptType=preempt/
+  // partition_prio, PreemptMode=CANCEL: the QR becomes SUSPENDED).
+  std::map<std::string, std::string> tier_partitions;
 };
 
 // The job's state word (JobState=) as a phase.

@@ -48,6 +48,13 @@ class FakeRunner : public CommandRunner {
   }
 };
 
+SlurmOptions Options(const std::string& partition, const std::string& workdir) {
+  SlurmOptions o;
+  o.partition = partition;
+  o.workdir = workdir;
+  return o;
+}
+
 bool Has(const std::vector<std::string>& argv, const std::string& arg) {
   return std::find(argv.begin(), argv.end(), arg) != argv.end();
 }
@@ -57,7 +64,8 @@ TEST(SlurmCapacityTest, SubmitsOneGangJobOfEverySlicesNodes) {
   auto runner = std::make_unique<FakeRunner>();
   FakeRunner& fake = *runner;
   fake.replies.emplace("sbatch", std::string("4242;cluster\n"));
-  SlurmCapacity slurm({"batch", dir.path() + "/work"}, std::move(runner));
+  SlurmCapacity slurm(Options("batch", dir.path() + "/work"),
+                      std::move(runner));
   ClusterJobSpec spec;
   spec.name = "qr1";
   spec.run_id = "qr1-abc";
@@ -65,6 +73,7 @@ TEST(SlurmCapacityTest, SubmitsOneGangJobOfEverySlicesNodes) {
   spec.hosts_per_slice = 2;
   spec.accelerator_type = "v4-16";
   spec.startup_script = "echo hi";
+  spec.tier = "on-demand";
   Result<std::string> job = slurm.Submit(spec);
   ASSERT_TRUE(job.ok()) << job.status().message();
   EXPECT_EQ(*job, "4242");
@@ -90,6 +99,21 @@ TEST(SlurmCapacityTest, SubmitsOneGangJobOfEverySlicesNodes) {
   fake.replies.emplace("sbatch", std::string("Submitted batch job 1\n"));
   EXPECT_FALSE(slurm.Submit(spec).ok());
   fake.replies.clear();
+  fake.replies.emplace("sbatch", std::string("4243\n"));
+  fake.calls.clear();
+  SlurmOptions tiers = Options("batch", dir.path() + "/work");
+  tiers.tier_partitions["spot"] = "preemptible";
+  auto tier_runner = std::make_unique<FakeRunner>();
+  FakeRunner& tier_fake = *tier_runner;
+  tier_fake.replies.emplace("sbatch", std::string("4243\n"));
+  SlurmCapacity tiered(tiers, std::move(tier_runner));
+  spec.tier = "spot";
+  ASSERT_TRUE(tiered.Submit(spec).ok());
+  EXPECT_TRUE(Has(tier_fake.calls.back(), "--partition=preemptible"));
+  spec.tier = "reserved";
+  ASSERT_TRUE(tiered.Submit(spec).ok());
+  EXPECT_TRUE(Has(tier_fake.calls.back(), "--partition=batch"));
+  fake.replies.clear();
   fake.replies.emplace(
       "sbatch", Unavailable("sbatch failed: Requested node configuration is "
                             "not available"));
@@ -102,7 +126,7 @@ TEST(SlurmCapacityTest, SubmitsOneGangJobOfEverySlicesNodes) {
 TEST(SlurmCapacityTest, QueryReadsStateNodesRestartsAndTheWorkersStep) {
   auto runner = std::make_unique<FakeRunner>();
   FakeRunner& fake = *runner;
-  SlurmCapacity slurm({"", "/tmp"}, std::move(runner));
+  SlurmCapacity slurm(Options("", "/tmp"), std::move(runner));
   fake.replies.emplace(
       "scontrol show job --oneliner 7",
       std::string("JobId=7 JobName=qr1 UserId=root(0) JobState=RUNNING "
@@ -123,6 +147,19 @@ TEST(SlurmCapacityTest, QueryReadsStateNodesRestartsAndTheWorkersStep) {
   // Only the batch step (or none): the workers have not started.
   fake.replies.insert_or_assign("squeue --noheader --steps --jobs=7",
                                 std::string("7.batch|RUNNING\n"));
+  EXPECT_FALSE(slurm.Query("7")->workers_started);
+  // Unless the batch script marked that this run's step ran and ended (a
+  // startup script that exits at once); a mark of an earlier run does not
+  // count.
+  fake.replies.insert_or_assign(
+      "scontrol show job --oneliner 7",
+      std::string("JobId=7 JobState=RUNNING Restarts=2 NodeList=h[1-2,4] "
+                  "Comment=multislice-workers-ran-3\n"));
+  EXPECT_TRUE(slurm.Query("7")->workers_started);
+  fake.replies.insert_or_assign(
+      "scontrol show job --oneliner 7",
+      std::string("JobId=7 JobState=RUNNING Restarts=2 NodeList=h[1-2,4] "
+                  "Comment=multislice-workers-ran-2\n"));
   EXPECT_FALSE(slurm.Query("7")->workers_started);
   // Pending: no nodes, no step asked for.
   fake.replies.insert_or_assign(
@@ -154,7 +191,7 @@ TEST(SlurmCapacityTest, QueryReadsStateNodesRestartsAndTheWorkersStep) {
 TEST(SlurmCapacityTest, FailedNodesCancelAndRequeue) {
   auto runner = std::make_unique<FakeRunner>();
   FakeRunner& fake = *runner;
-  SlurmCapacity slurm({"", "/tmp"}, std::move(runner));
+  SlurmCapacity slurm(Options("", "/tmp"), std::move(runner));
   fake.replies.emplace(
       "sinfo --noheader --Node",
       std::string("h1|idle\nh2|down*\nh3|allocated*\nh4|drained\n"
@@ -208,7 +245,9 @@ TEST(SlurmCapacityTest, BatchScriptGivesEveryTaskItsWorkerEnvironment) {
         "for ((p = 0; p < SLURM_JOB_NUM_NODES; p++)); do\n"
         "  SLURM_PROCID=$p SLURM_NTASKS=$SLURM_JOB_NUM_NODES \"$@\"\n"
         "done\n");
-  write(bin + "/scontrol", "#!/bin/bash\nprintf 'h1\\nh2\\nh3\\nh4\\n'\n");
+  write(bin + "/scontrol",
+        "#!/bin/bash\n[ \"$1\" = update ] && { echo \"$*\" > " + dir.path() +
+            "/update.txt; exit 0; }\nprintf 'h1\\nh2\\nh3\\nh4\\n'\n");
   write(bin + "/sleep", "#!/bin/bash\nexit 0\n");
   ClusterJobSpec spec;
   spec.name = "qr1";
@@ -239,6 +278,10 @@ TEST(SlurmCapacityTest, BatchScriptGivesEveryTaskItsWorkerEnvironment) {
                        "1 0 1 h1,h2 2 2 v4-16 qr1-abc 1 4 " + store,
                        "2 1 0 h3,h4 2 2 v4-16 qr1-abc 2 4 " + store,
                        "3 1 1 h3,h4 2 2 v4-16 qr1-abc 3 4 " + store}));
+  std::ifstream update(dir.path() + "/update.txt");
+  std::string mark;
+  std::getline(update, mark);
+  EXPECT_EQ(mark, "update JobId=7 Comment=multislice-workers-ran-2");
 }
 
 QueuedResourceRecord TwoSlices() {
@@ -313,6 +356,16 @@ TEST(FollowClusterJobTest, StatesFollowTheJob) {
   EXPECT_EQ(r.attempt, 3);
   EXPECT_EQ(r.state, QrState::kWaitingForResources);
   EXPECT_EQ(r.nodes[1].state, "REPAIRING");
+  // Preempted (PreemptMode=CANCEL) for a higher-priority job: SUSPENDED.
+  {
+    QueuedResourceRecord spot = TwoSlices();
+    spot.state = QrState::kActive;
+    f = FollowClusterJob(spot, Job(P::kEnded, "PREEMPTED"), {}, false);
+    EXPECT_TRUE(f.finish_ops);
+    EXPECT_EQ(spot.state, QrState::kSuspended);
+    EXPECT_EQ(spot.state_initiator, "SERVICE");
+    EXPECT_EQ(spot.nodes[0].state, "PREEMPTED");
+  }
   // The deadline (valid_until) passed: FAILED, saying so.
   f = FollowClusterJob(r, Job(P::kEnded, "DEADLINE"), {}, false);
   EXPECT_TRUE(f.finish_ops);

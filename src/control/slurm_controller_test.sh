@@ -23,6 +23,9 @@
 #             on the two nodes left
 #   reset     queued-resources reset: the job is requeued, attempt 3 ACTIVE
 #   delete    the job is cancelled and the queued resource gone
+#   tiers     spot and reserved as partitions (spot preemptible by high):
+#             a reserved request preempts an ACTIVE spot one, SUSPENDED by
+#             the SERVICE, and becomes ACTIVE
 #   train     a training (2 slices of cpu-1) as the startup script; a node
 #             of its job crashes after a checkpoint; attempt 2 on the spare
 #             resumes from it and every loss equals the local run's
@@ -74,8 +77,20 @@ if [ "${1:-}" = "--inside" ]; then
       sleep 0.2
     done
   }
+  # Tiers as partitions: spot jobs in "spot", which jobs of "high"
+  # (reserved) preempt (PreemptMode=CANCEL); "all" (on-demand) is never
+  # preempted.
+  sed -i '/^PartitionName=all /s/$/ PreemptMode=OFF/' "$SLURM_CONF"
+  cat >> "$SLURM_CONF" <<EOF
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
+PartitionName=spot Nodes=ALL PriorityTier=1 PreemptMode=CANCEL
+PartitionName=high Nodes=ALL PriorityTier=10 PreemptMode=OFF
+EOF
+  timeout 10 scontrol reconfigure || fail "scontrol reconfigure"
   $ms controller --capacity slurm --bind 10.201.0.1 --port 8470 \
     --data-dir "$ctl_dir" --slurm-workdir "$scratch/work" \
+    --slurm-tier-partition spot=spot --slurm-tier-partition reserved=high \
     > "$scratch/controller.log" 2>&1 &
   ctl_pid=$!
   trap 'kill "$ctl_pid" 2>/dev/null; wait "$ctl_pid" 2>/dev/null || true;
@@ -295,6 +310,27 @@ EOF
   fi
   echo "$prog: t: 16 steps across the repair, every loss the local run's"
   $ms queued-resources delete t --zone $zone --force --quiet > /dev/null || fail "delete t"
+  wait_until 30 "t deleted" bash -c "! $ms queued-resources describe t --zone $zone"
+  phase_done
+
+  phase tiers
+  # A reserved request preempts a spot one: its job is cancelled by Slurm
+  # (PREEMPTED), the spot queued resource SUSPENDED by the SERVICE.
+  $ms queued-resources create s --accelerator-type cpu-1 --node-count 2 \
+    --zone $zone --spot --async > /dev/null || fail "create s"
+  wait_until 60 "s ACTIVE" is_state s ACTIVE
+  [ "$(timeout 5 squeue -h -n s -o %P)" = spot ] || fail "s: not in partition spot"
+  start=$(now)
+  $ms queued-resources create r --accelerator-type cpu-1 --node-count 2 \
+    --zone $zone --reserved --async > /dev/null || fail "create r"
+  wait_until 60 "s SUSPENDED" is_state s SUSPENDED
+  [ "$(field s 'q["state"]["stateInitiator"]')" = SERVICE ] ||
+    fail "s: suspended by $(field s 'q["state"]["stateInitiator"]'), expected SERVICE"
+  wait_until 60 "r ACTIVE" is_state r ACTIVE
+  [ "$(timeout 5 squeue -h -n r -o %P)" = high ] || fail "r: not in partition high"
+  echo "$prog: reserved r ACTIVE after $(since "$start") s; spot s SUSPENDED (SERVICE)"
+  $ms queued-resources delete s --zone $zone --quiet > /dev/null || fail "delete s"
+  $ms queued-resources delete r --zone $zone --force --quiet > /dev/null || fail "delete r"
   phase_done
   exit 0
 fi
