@@ -4,9 +4,13 @@
 # namespace, the two joined by a veth pair shaped with `tc tbf` in both
 # directions so that device FLOP/s over DCN bit/s is the seed's TPU v4 figure
 # (22,000 FLOP/bit) or a chosen one. Measures the scaling efficiency of
-# `multislice shardings -dd 2` and prints it next to what `multislice plan`
-# predicts for the same workload and link. See --help and
-# docs/performance.md ("DCN under a shaped link").
+# `multislice shardings -dd 2` or of `multislice train` with
+# dcn_data_parallelism=2 (--workload train), and the CPU time the workers
+# spend per step with and without DCN traffic (bench/cpu_sample.py), and
+# prints them next to what `multislice plan` predicts for the same workload
+# and link, and its extrapolation to 256 slices. See --help and
+# docs/performance.md ("DCN under a shaped link", "Slices over a DCN at the
+# seed's ratio").
 set -euo pipefail
 
 prog=dcn_netns.sh
@@ -20,7 +24,9 @@ Usage: bench/dcn_netns.sh [options]        (root only)
 Puts two slices of one CPU device each (cpu-1) in two network namespaces
 joined by a veth pair whose both directions are shaped with `tc tbf` to
   R = devices_per_host x device_peak / ratio   bit/s   (default ratio 22,000)
-and measures, with the same per-device batch:
+and measures, with the same per-device batch, one of two workloads:
+
+--workload shardings (the default):
   1. `multislice shardings` on 1 slice (its own machine: gives the device's
      bf16/f32 peak, measured by the same binary, which sets R);
   2. a DCN all-reduce of the gradients' size between the namespaces
@@ -31,37 +37,84 @@ and measures, with the same per-device batch:
      crossing DCN, so the CPU contention is the same as in 4.;
   4. `multislice shardings -dd 2` in the namespaces, one worker per namespace
      started by hand with the worker environment (MEGASCALE_*, TPU_WORKER_*).
-  3. and 4. alternate --repeats times; step times are pooled over the repeats
-  (slice 0's timed steps) and reported as median (min, max).
-Before each run it waits (up to --quiet_wait s) until the CPUs are idle, and
-it warns when a run's own matmul peak came out well below the 1-slice run's
-or its steps vary by more than 25 % (someone else was using the CPUs: run it
-again).
-Then runs `multislice plan` for the same workload (parameters 2*4*d*d*n,
-tokens per slice = batch, --mfu 1 with the baseline's achieved FLOP/s as the
-peak, ring volume, gradient dtype = --dtype) with the measured link rate, and
-again with the nominal R, and prints
+
+--workload train: the same with `multislice train` (configs/base.yml and
+  key=value overrides: a GPT of width -d, -n layers, vocabulary 256, batch
+  -b sequences of --seq_len tokens per device, no checkpoints, one
+  evaluation at the end):
+  1. one training on 1 slice (its own machine; the trainer's start-up matmul
+     peak sets R);
+  2. the link check with the gradients' size: the trainer all-reduces its
+     N gradients in f32 whatever the matmul dtype, so 4N bytes;
+  3. baseline: two independent 1-slice trainings at once, one per namespace
+     (dcn_data_parallelism=1, each its own job of the worker environment);
+  4. one training of 2 slices (dcn_data_parallelism=2), a worker per
+     namespace started by hand with the worker environment.
+  Step times come from the run directory's metrics.jsonl: steps 1 to
+  --skip_steps are not counted, the next --steps are, and one last step
+  (which also evaluates) runs after them, uncounted. The baseline counts the
+  steps of both trainings that ran while the other was still running.
+
+Both: 3. and 4. alternate --repeats times; step times are pooled over the
+repeats and reported as median (min, max); a pair during which other work
+used the CPUs (--max_other) is discarded and run again. Every worker of
+2.-4. runs under bench/cpu_sample.py, which samples its CPU time (user +
+sys, all threads, from /proc), its threads', the system's softirq time and
+the namespace's network bytes;
+over the timed steps this gives the CPU seconds per step of each worker in
+3. and in 4.: the difference is what the DCN streams cost on the devices'
+cores (no NIC offload here), printed with the share of the step it is and
+the share of the step-time gap it could explain. Before each run it waits (up
+to --quiet_wait s) until the CPUs are idle, and it warns when a run's own
+matmul peak came out well below the 1-slice run's or its steps vary by more
+than 25 % (someone else was using the CPUs: run it again).
+Then runs `multislice plan` for the same workload (shardings: parameters
+2*4*d*d*n, tokens per slice = batch, gradient dtype = --dtype; train: the
+model's N parameters, tokens per slice = batch x seq_len, f32 gradients;
+both: --mfu 1 with the baseline's achieved 6 N tokens / step as the peak,
+ring volume) with the measured link rate, and again with the nominal R, and
+prints
 
   measured efficiency = median step(baseline) / median step(2 slices)
 
-next to the predicted scaling efficiency and their ratio (within 15 %: agree).
-A last line, not from the plan, replays the step at the granularity of
+next to the predicted scaling efficiency and their ratio (within 15 %: agree),
+and the plan for 256 slices with the same per-slice numbers. For shardings a
+last line, not from the plan, replays the step at the granularity of
 matmuls (DCN starts when the first gradient is ready, gradients queue on the
-link) to show what the plan's forward + max(backward, DCN) leaves out.
+link) to show what the plan's forward + max(backward, DCN) leaves out; for
+train the plan's step without overlap is shown, since the trainer
+all-reduces the gradients after the backward pass.
 
 Options:
-  -d, --embedding_dimension D  default 256   (D_FF = 4 D)
+  --workload W                 shardings (default) or train
+  -d, --embedding_dimension D  default 256 (train: 128); shardings D_FF = 4 D
   -n, --num_layers L           default 2
-  -b, --batch_size B           rows per device = tokens per slice; default 65536
-  --dtype T                    bf16 or f32; default bf16
-  --steps K                    timed steps after 1 warm-up; default 10
+  -b, --batch_size B           shardings: rows per device = tokens per slice,
+                               default 65536; train: sequences per device,
+                               default 2752 (x 64 tokens = 176,128 tokens per
+                               slice, the minimum at 22,000 FLOP/bit with f32
+                               gradients: 22,000 x 32 / 4 = 176,000)
+  --dtype T                    matmul dtype bf16 or f32; default bf16
+  --steps K                    timed steps; default 10 (train: 6); shardings
+                               runs 1 warm-up step before them
   --repeats N                  runs of 3. and of 4., alternating; default 2
+  --seq_len T                  train: max_target_length; default 64
+  --heads H                    train: num_heads; default 4
+  --mlp_dim M                  train: mlp_dim; default 4 D
+  --skip_steps K               train: first steps not counted; default 2
+  --sample_interval S          seconds between CPU samples; default 0.25
+  --max_other PCT              a pair of runs (3. and 4.) during which other
+                               work (the system's busy time less the workers'
+                               and softirq) took more than PCT % of the CPUs
+                               is discarded and run again; default 5
+  --retries N                  at most N such re-runs; default --repeats
   --ratio X                    target FLOP/bit (device peak / link bit/s);
                                default 22000 (the seed's TPU v4 figure)
   --peak_gflops G              device peak in GFLOP/s instead of the one the
                                1-slice run measures (sets R)
   --rate_mbit M                shape to M Mbit/s instead of peak / ratio
-  --baseline B                 skip_dcn (default) or one_slice: which run the
+  --baseline B                 skip_dcn (default: 3., the same CPU
+                               contention) or one_slice (1.): which run the
                                efficiency and the plan's one-slice step use
   --no_linkcheck               skip step 2; the plan then uses the nominal R
   --mtu BYTES                  veth MTU; default 9000 (jumbo frames, as on
@@ -80,9 +133,10 @@ Options:
   --logs DIR                   keep every run's output in DIR
   -h, --help                   this text
 
-Examples (about 2 minutes, and 4, on a 2-core machine):
+Examples (about 2 minutes, 4, and 8, on a 2-core machine):
   sudo bench/dcn_netns.sh
   sudo bench/dcn_netns.sh -b 131072 --ratio 44000 --logs /tmp/dcn-logs
+  sudo bench/dcn_netns.sh --workload train --repeats 3
 
 Exit status: 0 when every run completed (whether or not the figures agree),
 1 when not root, a tool is missing or a run failed, 2 on a usage error.
@@ -94,8 +148,10 @@ EOF
 usage_error() { echo "$prog: $*" >&2; exit 2; }
 fail() { echo "$prog: $*" >&2; exit 1; }
 
-d=256 n=2 b=65536 dtype=bf16 steps=10 ratio=22000 peak_gflops="" rate_mbit=""
-repeats=2 quiet_wait=120
+workload=shardings
+d="" n="" b="" dtype=bf16 steps="" ratio=22000 peak_gflops="" rate_mbit=""
+repeats=2 quiet_wait=120 max_other=5 retries="" seq_len=64 heads=4 mlp_dim="" skip_steps=2
+sample_interval=0.25
 baseline=skip_dcn linkcheck=1 mtu=9000 tbf_latency_ms=20 tbf_burst=""
 subnet=10.213.7 ms="$root/build/bin/multislice" run_timeout=300 logs=""
 
@@ -103,6 +159,14 @@ need() { [ $# -ge 2 ] || usage_error "option $1 needs a value (see --help)"; }
 while [ $# -gt 0 ]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
+    --workload) need "$@"; workload="$2"; shift 2 ;;
+    --seq_len) need "$@"; seq_len="$2"; shift 2 ;;
+    --heads) need "$@"; heads="$2"; shift 2 ;;
+    --mlp_dim) need "$@"; mlp_dim="$2"; shift 2 ;;
+    --skip_steps) need "$@"; skip_steps="$2"; shift 2 ;;
+    --sample_interval) need "$@"; sample_interval="$2"; shift 2 ;;
+    --max_other) need "$@"; max_other="$2"; shift 2 ;;
+    --retries) need "$@"; retries="$2"; shift 2 ;;
     -d|--embedding_dimension) need "$@"; d="$2"; shift 2 ;;
     -n|--num_layers) need "$@"; n="$2"; shift 2 ;;
     -b|--batch_size) need "$@"; b="$2"; shift 2 ;;
@@ -126,13 +190,29 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+case "$workload" in
+  shardings) d="${d:-256}" n="${n:-2}" b="${b:-65536}" steps="${steps:-10}" ;;
+  train) d="${d:-128}" n="${n:-2}" b="${b:-2752}" steps="${steps:-6}" ;;
+  *) usage_error "--workload '$workload' is not shardings or train" ;;
+esac
+
 is_pos_int() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
 is_pos_num() { [[ "$1" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$ ]] && [[ "$1" =~ [1-9] ]]; }
 for pair in "embedding_dimension:$d" "num_layers:$n" "batch_size:$b" \
             "steps:$steps" "repeats:$repeats" "mtu:$mtu" "timeout:$run_timeout"; do
   is_pos_int "${pair#*:}" || usage_error "--${pair%%:*} '${pair#*:}' is not a positive integer"
 done
-for pair in "ratio:$ratio" "tbf_latency_ms:$tbf_latency_ms"; do
+if [ "$workload" = train ]; then
+  mlp_dim="${mlp_dim:-$((4 * d))}"
+  for pair in "seq_len:$seq_len" "heads:$heads" "mlp_dim:$mlp_dim"; do
+    is_pos_int "${pair#*:}" || usage_error "--${pair%%:*} '${pair#*:}' is not a positive integer"
+  done
+  [[ "$skip_steps" =~ ^[0-9]+$ ]] || usage_error "--skip_steps '$skip_steps' is not a whole number"
+  [ $((d % heads)) -eq 0 ] || usage_error "-d $d is not a multiple of --heads $heads"
+fi
+retries="${retries:-$repeats}"
+[[ "$retries" =~ ^[0-9]+$ ]] || usage_error "--retries '$retries' is not a whole number"
+for pair in "ratio:$ratio" "tbf_latency_ms:$tbf_latency_ms" "sample_interval:$sample_interval" "max_other:$max_other"; do
   is_pos_num "${pair#*:}" || usage_error "--${pair%%:*} '${pair#*:}' is not a positive number"
 done
 [ -z "$peak_gflops" ] || is_pos_num "$peak_gflops" || usage_error "--peak_gflops '$peak_gflops' is not a positive number"
@@ -198,6 +278,9 @@ trap 'echo "$prog: terminated" >&2; exit 143' TERM
 # A private copy: other people rebuilding build/ cannot swap it mid-run.
 bin="$tmp/multislice"
 cp "$ms" "$bin"
+[ -f "$here/cpu_sample.py" ] || fail "$here/cpu_sample.py is missing"
+sampler="$tmp/cpu_sample.py"
+cp "$here/cpu_sample.py" "$sampler"
 [ -z "$logs" ] || mkdir -p "$logs"
 log_dir="${logs:-$tmp}"
 
@@ -253,21 +336,30 @@ run_one() {
   fi
 }
 
-# run_pair NAME ARGS...: `multislice ARGS` as two workers started by hand,
-# slice s in namespace s, rendezvous in a file:// store both can see.
+# run_pair NAME SLICES ARGS...: `multislice ARGS` as two workers started by
+# hand, slice s in namespace s, each under bench/cpu_sample.py (samples in
+# NAME.s.cpu). SLICES 2: one job of two slices, rendezvous in a file:// store
+# both can see. SLICES 1: two independent jobs of one slice each (their own
+# store and run id), at the same time; "@SLICE@" in ARGS becomes s.
 run_pair() {
-  local name="$1"; shift
-  local store="$tmp/store-$name" s rc
-  mkdir -p "$store"
+  local name="$1" slices="$2"; shift 2
+  local s rc store run_id
   pids=()
   for s in 0 1; do
+    if [ "$slices" -eq 2 ]; then
+      store="$tmp/store-$name" run_id="dcn-netns-$$-$name"
+    else
+      store="$tmp/store-$name-$s" run_id="dcn-netns-$$-$name-$s"
+    fi
+    mkdir -p "$store"
     timeout -k 10 "$run_timeout" ip netns exec "${ns[s]}" env \
       -u MULTISLICE_ATTEMPT -u MEGASCALE_PORT \
       MEGASCALE_COORDINATOR_ADDRESS="file://$store" \
-      MEGASCALE_NUM_SLICES=2 MEGASCALE_SLICE_ID="$s" \
+      MEGASCALE_NUM_SLICES="$slices" MEGASCALE_SLICE_ID="$((slices == 2 ? s : 0))" \
       TPU_WORKER_ID=0 TPU_WORKER_HOSTNAMES="${addr[s]}" \
-      MULTISLICE_ACCELERATOR_TYPE=cpu-1 MULTISLICE_RUN_ID="dcn-netns-$$-$name" \
-      "$bin" "$@" >"$log_dir/$name.$s.out" 2>"$log_dir/$name.$s.err" </dev/null &
+      MULTISLICE_ACCELERATOR_TYPE=cpu-1 MULTISLICE_RUN_ID="$run_id" \
+      "$PY" "$sampler" run --out "$log_dir/$name.$s.cpu" --interval "$sample_interval" -- \
+      "$bin" "${@//@SLICE@/$s}" >"$log_dir/$name.$s.out" 2>"$log_dir/$name.$s.err" </dev/null &
     pids+=($!)
   done
   local rcs=()
@@ -316,27 +408,180 @@ wait_quiet() {
   done
 }
 
-# ---------------------------------------------------------------- 1. one slice
-shard_args=(-d "$d" -n "$n" -b "$b" --dtype "$dtype" --steps "$steps" --json)
-params=$((2 * 4 * d * d * n))
-bytes_per_value=2; [ "$dtype" = f32 ] && bytes_per_value=4
-grad_bytes=$((params * bytes_per_value))
-cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+# ---------------------------------------------------------------- step and CPU figures
+# $tmp/stats.py MODE ...: one run's step times and its workers' CPU per step,
+# as one JSON object (see each mode). CPU windows are read from the samples
+# of bench/cpu_sample.py (NAME.s.cpu).
+cat >"$tmp/stats.py" <<'EOF'
+import importlib.util, json, statistics, sys
 
+spec = importlib.util.spec_from_file_location("cpu_sample", sys.argv[1])
+cs = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(cs)
+mode, args = sys.argv[2], sys.argv[3:]
+
+
+def first_json(path):
+    for line in open(path, errors="replace"):
+        i = line.find("{")
+        if i >= 0:
+            try:
+                return json.loads(line[i:])
+            except ValueError:
+                pass
+    sys.exit("dcn_netns.sh: no JSON result in " + path)
+
+
+def records(path, first, last):
+    """step -> (start, end, seconds) of steps first..last of metrics.jsonl."""
+    out = {}
+    for line in open(path):
+        r = json.loads(line)
+        if "step" in r and first <= r["step"] <= last:
+            out[r["step"]] = (r["time"] - r["step_time_s"], r["time"], r["step_time_s"])
+    missing = [k for k in range(first, last + 1) if k not in out]
+    if missing:
+        sys.exit(f"dcn_netns.sh: {path} has no record of steps {missing}")
+    return out
+
+
+def per_step(cpu_file, t0, t1, count):
+    w = cs.window_stats(cpu_file, t0, t1)
+    f = 1.0 / count
+    return {
+        "steps": count, "window_s": w["seconds"], "covered": w["covered"],
+        "threads_covered": w["threads_covered"],
+        "cpu_s": w["cpu_s"] * f, "user_s": w["user_s"] * f, "sys_s": w["sys_s"] * f,
+        "threads_s": {k: v * f for k, v in w["threads_s"].items()},
+        "system_busy_s": w["system_busy_s"] * f,
+        "system_softirq_s": w["system_softirq_s"] * f,
+        "tx_bytes": w["net_tx_bytes"] * f, "rx_bytes": w["net_rx_bytes"] * f,
+        "maxrss_kib": w["maxrss_kib"]}
+
+
+def others(slices):
+    """CPU seconds per step that neither worker nor softirq used: other
+    processes (and the samplers), or the hypervisor's steal time."""
+    w = slices[0]
+    return w["system_busy_s"] - w["system_softirq_s"] - sum(x["cpu_s"] for x in slices)
+
+
+if mode == "steps":
+    # steps METRICS FIRST LAST: the step times of one training.
+    r = records(args[0], int(args[1]), int(args[2]))
+    t = [r[k][2] for k in sorted(r)]
+    print(json.dumps({"step_times": t, "median": statistics.median(t)}))
+elif mode == "shardings":
+    # shardings STEPS OUT0 CPU0 CPU1: slice 0's timed steps (its JSON) and,
+    # for each worker, the CPU over the timed steps: the last sum(timings)
+    # seconds before its device thread ended (right after the last step and
+    # the timings' all-reduce; seen within 20 ms).
+    steps, out0, cpus = int(args[0]), args[1], args[2:]
+    timings = first_json(out0)["timings_s"]
+    span = sum(timings)
+    # A run too short for any sample to see its device thread: up to its
+    # exit instead (flagged as not covered).
+    slices, tails = [], []
+    for c in cpus:
+        info = cs.load(c)[1]
+        end = info.get("device_end_t")
+        w = per_step(c, (end or info["exit_t"]) - span, end or info["exit_t"], steps)
+        if end is None:
+            w["covered"] = False
+        tails.append(info["exit_t"] - end if end else None)
+        slices.append(w)
+    print(json.dumps({"step_times": timings, "slices": slices, "exit_after_s": tails,
+                      "others_s": others(slices)}))
+elif mode == "train":
+    # train FIRST LAST METRICS... -- CPU0 CPU1: the counted steps of one
+    # training (one METRICS: a job of 2 slices, whose steps are in step) or of
+    # two independent ones (two METRICS, in namespace order); those of a
+    # pair are kept while both ran (from the later first counted step's start
+    # to the earlier exit), so that the CPU contention is the same in all.
+    first, last = int(args[0]), int(args[1])
+    sep = args.index("--")
+    metrics, cpus = args[2:sep], args[sep + 1:]
+    recs = [records(m, first, last) for m in metrics]
+    lo = max(r[first][0] for r in recs) - 1e-3
+    hi = min(cs.load(c)[1]["exit_t"] for c in cpus) + 1e-3
+    kept = [{k: v for k, v in r.items() if v[0] >= lo and v[1] <= hi} for r in recs]
+    overlap = all(kept)
+    if not overlap:  # steps too short for the start-up's jitter: count all
+        kept = recs
+    times = [v[2] for k in kept for _, v in sorted(k.items())]
+    slices = []
+    for s, c in enumerate(cpus):
+        k = kept[s] if len(kept) == len(cpus) else kept[0]
+        steps = sorted(k)
+        slices.append(per_step(c, k[steps[0]][0], k[steps[-1]][1], len(steps)))
+    print(json.dumps({"step_times": times, "kept": [len(k) for k in kept],
+                      "counted": last - first + 1, "overlap": overlap,
+                      "slices": slices, "others_s": others(slices)}))
+else:
+    sys.exit("stats.py: unknown mode " + mode)
+EOF
+stats() { "$PY" "$tmp/stats.py" "$sampler" "$@"; }
+
+# ---------------------------------------------------------------- 1. one slice
+cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 say "# $prog: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs, ${cpu:-unknown CPU}, kernel $(uname -r)"
 say "# load average before: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine disturbs every figure)"
-say "# workload: shardings -d $d -n $n -b $b --dtype $dtype --steps $steps; P = 2*4*d*d*n = $params parameters, gradients $grad_bytes bytes"
-say "# [1/4] 1 slice (device peak and the one-slice step time)"
-wait_quiet
-run_one one shardings "${shard_args[@]}"
-one_out="$log_dir/one.0.out"
-one_median="$(json "$one_out" 'j["median_step_time_s"]')"
-isa="$(json "$one_out" 'j.get("isa", "?")')"
+if [ "$workload" = shardings ]; then
+  shard_args=(-d "$d" -n "$n" -b "$b" --dtype "$dtype" --steps "$steps" --json)
+  params=$((2 * 4 * d * d * n))
+  tokens="$b"
+  bytes_per_value=2; [ "$dtype" = f32 ] && bytes_per_value=4
+  grad_dtype="$dtype"
+  grad_bytes=$((params * bytes_per_value))
+  say "# workload: shardings -d $d -n $n -b $b --dtype $dtype --steps $steps; P = 2*4*d*d*n = $params parameters, gradients $grad_bytes bytes"
+  say "# [1/4] 1 slice (device peak and the one-slice step time)"
+  wait_quiet
+  run_one one shardings "${shard_args[@]}"
+  one_out="$log_dir/one.0.out"
+  one_median="$(json "$one_out" 'j["median_step_time_s"]')"
+  isa="$(json "$one_out" 'j.get("isa", "?")')"
+  onednn_isa="$(json "$one_out" 'j.get("platform", {}).get("onednn_isa", "?")')"
+else
+  vocab=256
+  tokens=$((b * seq_len))
+  # The trainer's NumParameters (model/gpt.cc, ParameterLayout): wte V x C,
+  # wpe T x C, per layer 4 C^2 + 2 C H + 9 C + H (ln1, qkv, attn_proj,
+  # ln2, fc, fc_proj with their biases), lnf 2 C. Its gradients cross DCN
+  # as f32 (train/trainer.cc) whatever the matmul dtype: 4 bytes each.
+  params=$((vocab * d + seq_len * d + n * (4 * d * d + 2 * d * mlp_dim + 9 * d + mlp_dim) + 2 * d))
+  bytes_per_value=4 grad_dtype=f32
+  grad_bytes=$((params * bytes_per_value))
+  first_counted=$((skip_steps + 1)) last_counted=$((skip_steps + steps))
+  total_steps=$((last_counted + 1))
+  train_runs="$tmp/train-runs"
+  dataset="$tmp/dataset"
+  cp "$root/configs/base.yml" "$tmp/base.yml"
+  # The evaluation splits the validation tokens over the global batch's
+  # rows, each needing seq_len + 1 tokens: at the minimum batch (5,504 rows
+  # of 65 over 2 slices) the default 5 % of the fortunes is too little.
+  "$bin" data prepare --output "$dataset" --validation_fraction 0.2 \
+    >"$log_dir/data.out" 2>"$log_dir/data.err" </dev/null ||
+    fail "multislice data prepare failed: $(last_line "$log_dir/data.err")"
+  train_args=(train "$tmp/base.yml" "steps=$total_steps" "per_device_batch_size=$b"
+    "max_target_length=$seq_len" "emb_dim=$d" "num_heads=$heads" "mlp_dim=$mlp_dim"
+    "num_decoder_layers=$n" "vocab_size=$vocab" "dtype=$dtype" ici_fsdp_parallelism=-1
+    enable_checkpointing=false "eval_interval=$total_steps" eval_batches=1 log_period=1
+    "dataset_path=$dataset" "base_output_directory=$train_runs" --json)
+  say "# workload: train emb_dim=$d num_decoder_layers=$n num_heads=$heads mlp_dim=$mlp_dim vocab_size=$vocab dtype=$dtype, per_device_batch_size=$b x max_target_length=$seq_len = $tokens tokens per slice; N = $params parameters, gradients $grad_bytes bytes (f32); steps $first_counted-$last_counted of $total_steps counted"
+  say "# [1/4] 1 slice (device peak and the one-slice step time)"
+  wait_quiet
+  run_one one "${train_args[@]}" run_name=one dcn_data_parallelism=1
+  one_out="$log_dir/one.0.out"
+  one_median="$(stats steps "$train_runs/one/metrics.jsonl" "$first_counted" "$last_counted" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["median"])')"
+  isa="$(json "$one_out" 'j.get("platform", {}).get("isa", "?")')"
+  onednn_isa="$(json "$one_out" 'j.get("platform", {}).get("onednn_isa", "?")')"
+fi
 if [ -n "$peak_gflops" ]; then
   peak="$(calc "$peak_gflops * 1e9")"; peak_source="given (--peak_gflops)"
 else
   peak="$(json "$one_out" 'j["peak_tflops_per_device"] * 1e12')"
   peak_source="measured by the 1-slice run ($dtype square matmul, one thread)"
+  [ "$workload" = train ] && peak_source="measured by the 1-slice training at start-up ($dtype 2048^3 matmul, one thread)"
 fi
 if [ -n "$rate_mbit" ]; then
   rate="$(calc "round($rate_mbit * 1e6)")"; rate_source="given (--rate_mbit)"
@@ -369,11 +614,11 @@ say "# device peak $(calc "round($peak / 1e9, 1)") GFLOP/s, $peak_source; FLOP/b
 # ---------------------------------------------------------------- 2. link check
 link_rate=""
 if [ "$linkcheck" -eq 1 ]; then
-  say "# [2/4] link check: DCN all-reduce of $grad_bytes B ($dtype) between the namespaces"
+  say "# [2/4] link check: DCN all-reduce of $grad_bytes B ($grad_dtype) between the namespaces"
   wait_quiet
-  run_pair link bench collectives --paths dcn --ops all_reduce \
+  run_pair link 2 bench collectives --paths dcn --ops all_reduce \
     --minbytes "$grad_bytes" --maxbytes "$grad_bytes" --iters 5 \
-    --dtype "$dtype" --baselines none --json
+    --dtype "$grad_dtype" --baselines none --json
   link_out="$log_dir/link.0.out"
   r='[x for x in j["results"] if x["path"] == "dcn" and x["op"] == "all_reduce"][0]'
   link_us="$(json "$link_out" "${r}[\"out_of_place\"][\"time_us\"]")"
@@ -388,25 +633,102 @@ else
 fi
 
 # ---------------------------------------------------------------- 3, 4. two slices
-skip_files=() dcn_files=()
-for ((k = 1; k <= repeats; k++)); do
-  say "# [3/4] 2 slices in the namespaces, --skip_dcn (baseline with the same CPU contention), run $k of $repeats"
-  wait_quiet
-  run_pair "skip$k" shardings -dd 2 "${shard_args[@]}" --skip_dcn
-  skip_files+=("$log_dir/skip$k.0.out")  # slice 0 prints the JSON
-  say "# [4/4] 2 slices in the namespaces, gradients all-reduced over the shaped link, run $k of $repeats"
-  wait_quiet
-  run_pair "dcn$k" shardings -dd 2 "${shard_args[@]}"
-  dcn_files+=("$log_dir/dcn$k.0.out")
+skip_files=() dcn_files=() skip_stats=() dcn_stats=()
+# one_repeat_line FILE: median step and CPU per step of one run's stats.
+one_repeat_line() {
+  json "$1" "'median step %.3f s (%d steps), CPU per step %s s; other work on the 2 CPUs %.3f s per step (%.1f %%)' % (sorted(j['step_times'])[len(j['step_times']) // 2], len(j['step_times']), ' / '.join('%.3f' % x['cpu_s'] for x in j['slices']), j['others_s'], 100 * j['others_s'] / (2 * sorted(j['step_times'])[len(j['step_times']) // 2]))"
+}
+# disturbed FILE: true when other work took more than --max_other of the
+# two CPUs during that run.
+disturbed() {
+  "$PY" -c "import sys; sys.exit(0 if $(json "$1" "j['others_s'] / (2 * sorted(j['step_times'])[len(j['step_times']) // 2])") > $max_other / 100 else 1)"
+}
+k=0 kept_runs=0 discarded=0
+while [ "$kept_runs" -lt "$repeats" ]; do
+  k=$((k + 1))
+  if [ "$workload" = shardings ]; then
+    say "# [3/4] 2 slices in the namespaces, --skip_dcn (baseline with the same CPU contention), run $k ($kept_runs of $repeats kept so far)"
+    wait_quiet
+    run_pair "skip$k" 2 shardings -dd 2 "${shard_args[@]}" --skip_dcn
+    stats shardings "$steps" "$log_dir/skip$k.0.out" "$log_dir/skip$k.0.cpu" \
+      "$log_dir/skip$k.1.cpu" >"$log_dir/skip$k.stats.json" || fail "no figures from run 'skip$k'"
+    say "#   $(one_repeat_line "$log_dir/skip$k.stats.json")"
+    say "# [4/4] 2 slices in the namespaces, gradients all-reduced over the shaped link, run $k ($kept_runs of $repeats kept so far)"
+    wait_quiet
+    run_pair "dcn$k" 2 shardings -dd 2 "${shard_args[@]}"
+    stats shardings "$steps" "$log_dir/dcn$k.0.out" "$log_dir/dcn$k.0.cpu" \
+      "$log_dir/dcn$k.1.cpu" >"$log_dir/dcn$k.stats.json" || fail "no figures from run 'dcn$k'"
+  else
+    say "# [3/4] two independent 1-slice trainings at once, one per namespace (baseline with the same CPU contention), run $k ($kept_runs of $repeats kept so far)"
+    wait_quiet
+    run_pair "skip$k" 1 "${train_args[@]}" dcn_data_parallelism=1 "run_name=skip$k-slice@SLICE@"
+    stats train "$first_counted" "$last_counted" "$train_runs/skip$k-slice0/metrics.jsonl" \
+      "$train_runs/skip$k-slice1/metrics.jsonl" -- "$log_dir/skip$k.0.cpu" "$log_dir/skip$k.1.cpu" \
+      >"$log_dir/skip$k.stats.json" || fail "no figures from run 'skip$k'"
+    say "#   $(one_repeat_line "$log_dir/skip$k.stats.json")"
+    say "# [4/4] one training of 2 slices (dcn_data_parallelism=2), gradients all-reduced over the shaped link, run $k ($kept_runs of $repeats kept so far)"
+    wait_quiet
+    run_pair "dcn$k" 2 "${train_args[@]}" dcn_data_parallelism=2 "run_name=dcn$k"
+    stats train "$first_counted" "$last_counted" "$train_runs/dcn$k/metrics.jsonl" \
+      -- "$log_dir/dcn$k.0.cpu" "$log_dir/dcn$k.1.cpu" \
+      >"$log_dir/dcn$k.stats.json" || fail "no figures from run 'dcn$k'"
+  fi
+  say "#   $(one_repeat_line "$log_dir/dcn$k.stats.json")"
+  if { disturbed "$log_dir/skip$k.stats.json" || disturbed "$log_dir/dcn$k.stats.json"; } &&
+     [ "$discarded" -lt "$retries" ]; then
+    discarded=$((discarded + 1))
+    say "#   run $k discarded: other work used more than $max_other % of the CPUs during it (retry $discarded of at most $retries)"
+    continue
+  fi
+  kept_runs=$((kept_runs + 1))
+  skip_files+=("$log_dir/skip$k.0.out") dcn_files+=("$log_dir/dcn$k.0.out")
+  skip_stats+=("$log_dir/skip$k.stats.json") dcn_stats+=("$log_dir/dcn$k.stats.json")
 done
+[ "$discarded" -eq 0 ] || say "# $discarded run(s) discarded for other work on the CPUs; the figures below pool runs $(for f in "${dcn_stats[@]}"; do f="${f##*/dcn}"; printf '%s ' "${f%.stats.json}"; done)"
 
-# pooled FIELD FILES...: with FIELD "steps", pools the timed steps of the
-# files and prints "median min max"; with any other FIELD (e.g.
-# peak_tflops_per_device) prints its minimum over the files.
-pooled() {
+# pool STATS...: the runs' step times pooled (median, min, max) and their
+# workers' CPU per step averaged (over runs and both workers; the system's
+# figures, which count both workers, from worker 0's samples), as JSON.
+pool() {
   "$PY" - "$@" <<'EOF'
 import json, statistics, sys
-field, files = sys.argv[1], sys.argv[2:]
+runs = [json.load(open(f)) for f in sys.argv[1:]]
+t = [x for r in runs for x in r["step_times"]]
+ws = [w for r in runs for w in r["slices"]]
+mean = lambda xs: sum(xs) / len(xs)
+groups = sorted({g for w in ws for g in w["threads_s"]})
+print(json.dumps({
+    "median": statistics.median(t), "min": min(t), "max": max(t), "n": len(t),
+    "cpu_s": mean([w["cpu_s"] for w in ws]),
+    "cpu_s_by_worker": [mean([r["slices"][s]["cpu_s"] for r in runs]) for s in (0, 1)],
+    "user_s": mean([w["user_s"] for w in ws]), "sys_s": mean([w["sys_s"] for w in ws]),
+    "threads_s": {g: mean([w["threads_s"].get(g, 0.0) for w in ws]) for g in groups},
+    "system_busy_s": mean([r["slices"][0]["system_busy_s"] for r in runs]),
+    "system_softirq_s": mean([r["slices"][0]["system_softirq_s"] for r in runs]),
+    "others_s": mean([r["others_s"] for r in runs]),
+    "others_share_max": max(r["others_s"] / (2 * statistics.median(r["step_times"])) for r in runs),
+    "tx_bytes": mean([w["tx_bytes"] for w in ws]),
+    "maxrss_kib": max(w["maxrss_kib"] or 0 for w in ws),
+    "covered": all(w["covered"] for w in ws),
+    "threads_covered": all(w["threads_covered"] for w in ws),
+    "kept": [r.get("kept") for r in runs],
+    "overlap": all(r.get("overlap", True) for r in runs)}))
+EOF
+}
+pool "${skip_stats[@]}" >"$log_dir/skip.pool.json"
+pool "${dcn_stats[@]}" >"$log_dir/dcn.pool.json"
+pj() { json "$1" "$2"; }
+skip_median="$(pj "$log_dir/skip.pool.json" 'j["median"]')"
+skip_min="$(pj "$log_dir/skip.pool.json" 'j["min"]')"
+skip_max="$(pj "$log_dir/skip.pool.json" 'j["max"]')"
+dcn_median="$(pj "$log_dir/dcn.pool.json" 'j["median"]')"
+dcn_min="$(pj "$log_dir/dcn.pool.json" 'j["min"]')"
+dcn_max="$(pj "$log_dir/dcn.pool.json" 'j["max"]')"
+
+# lowest_peak FILES...: the lowest matmul peak a run measured at its start.
+lowest_peak() {
+  "$PY" - "$@" <<'EOF'
+import json, sys
 def load(path):
     for line in open(path, errors="replace"):
         i = line.find("{")
@@ -416,45 +738,65 @@ def load(path):
             except ValueError:
                 pass
     sys.exit("dcn_netns.sh: no JSON result in " + path)
-if field == "steps":
-    t = [x for f in files for x in load(f)["timings_s"]]
-    print(statistics.median(t), min(t), max(t))
-else:
-    print(min(load(f)[field] for f in files))
+print(min(load(f)["peak_tflops_per_device"] for f in sys.argv[1:]))
 EOF
 }
-read -r skip_median skip_min skip_max <<<"$(pooled steps "${skip_files[@]}")"
-read -r dcn_median dcn_min dcn_max <<<"$(pooled steps "${dcn_files[@]}")"
 st3() { calc "'%.3f (min %.3f, max %.3f)' % ($1, $2, $3)"; }
-st() { json "$1" "'%.3f (min %.3f, max %.3f)' % (j['median_step_time_s'], j['min_step_time_s'], j['max_step_time_s'])"; }
-dcn_bytes="$(json "${dcn_files[0]}" 'j["dcn_bytes_per_device_per_step"]')"
-lowest_peak="$(pooled peak_tflops_per_device "${skip_files[@]}" "${dcn_files[@]}")"
+if [ "$workload" = shardings ]; then
+  dcn_bytes="$(json "${dcn_files[0]}" 'j["dcn_bytes_per_device_per_step"]')"
+  one_line="$(json "$one_out" "'%.3f (min %.3f, max %.3f)' % (j['median_step_time_s'], j['min_step_time_s'], j['max_step_time_s'])")"
+else
+  # A ring all-reduce of 2 members: each sends half the gradients in the
+  # reduce-scatter and half in the all-gather.
+  dcn_bytes="$grad_bytes"
+  one_line="$(stats steps "$train_runs/one/metrics.jsonl" "$first_counted" "$last_counted" | "$PY" -c 'import json,sys; t=json.load(sys.stdin)["step_times"]; print("%.3f (min %.3f, max %.3f)" % (sorted(t)[len(t)//2], min(t), max(t)))')"
+fi
+wire_bytes="$(pj "$log_dir/dcn.pool.json" 'j["tx_bytes"]')"
+lowest_peak="$(lowest_peak "${skip_files[@]}" "${dcn_files[@]}")"
 one_peak="$(json "$one_out" 'j["peak_tflops_per_device"]')"
 
 if [ "$baseline" = skip_dcn ]; then base_median="$skip_median"; else base_median="$one_median"; fi
 # The plan's "peak" is the FLOP/s the baseline achieved (6 P B per step, the
-# FLOPs `multislice shardings` counts), so its one-slice step is the measured
-# baseline step and only the DCN part is predicted.
-achieved="$(calc "6 * $params * $b / $base_median")"
+# FLOPs `multislice shardings` counts; for train 6 N tokens, the plan's own
+# count, while the trainer's TFLOP/s also counts attention), so its
+# one-slice step is the measured baseline step and only the DCN part is
+# predicted.
+achieved="$(calc "6 * $params * $tokens / $base_median")"
 
-plan() {  # plan RATE_BIT_PER_S: prints the plan's JSON
-  local gdt=f32; [ "$dtype" = bf16 ] && gdt=bf16
-  timeout -k 5 60 "$bin" plan --accelerator_type cpu-1 --num_slices 2 \
-    --parameters "$params" --tokens_per_slice "$b" \
+plan() {  # plan RATE_BIT_PER_S [NUM_SLICES [VOLUME]]: prints the plan's JSON
+  timeout -k 5 60 "$bin" plan --accelerator_type cpu-1 --num_slices "${2:-2}" \
+    --parameters "$params" --tokens_per_slice "$tokens" \
     --peak_flops_per_chip "$achieved" --mfu 1 \
-    --dcn_gbps_per_host "$(calc "$1 / 1e9")" --gradient_dtype "$gdt" \
-    --dcn_volume ring --strategy dcn_data --json
+    --dcn_gbps_per_host "$(calc "$1 / 1e9")" --gradient_dtype "$grad_dtype" \
+    --dcn_volume "${3:-ring}" --strategy dcn_data --json
 }
-plan "$rate" >"$log_dir/plan_nominal.json" 2>"$log_dir/plan_nominal.err" ||
-  fail "multislice plan failed: $(last_line "$log_dir/plan_nominal.err")"
+plan_to() {  # plan_to NAME ARGS...: plan ARGS into NAME.json
+  plan "${@:2}" >"$log_dir/$1.json" 2>"$log_dir/$1.err" ||
+    fail "multislice plan failed: $(last_line "$log_dir/$1.err")"
+}
+plan_to plan_nominal "$rate"
 if [ -n "$link_rate" ]; then
-  plan "$link_rate" >"$log_dir/plan_link.json" 2>"$log_dir/plan_link.err" ||
-    fail "multislice plan failed: $(last_line "$log_dir/plan_link.err")"
+  plan_to plan_link "$link_rate"
   plan_main="$log_dir/plan_link.json"; plan_main_what="measured link rate"
 else
   plan_main="$log_dir/plan_nominal.json"; plan_main_what="nominal R"
 fi
+plan_to plan_256_ring "${link_rate:-$rate}" 256 ring
+plan_to plan_256_seed "${link_rate:-$rate}" 256 seed
+# And as the seed reasons: the device at its measured peak (MFU 100 %) on the
+# nominal link R = peak / ratio, so that the hardware is at --ratio FLOP/bit.
+"$bin" plan --accelerator_type cpu-1 --num_slices 256 --parameters "$params" \
+  --tokens_per_slice "$tokens" --peak_flops_per_chip "$peak" --mfu 1 \
+  --dcn_gbps_per_host "$(calc "$rate / 1e9")" --gradient_dtype "$grad_dtype" \
+  --dcn_volume ring --strategy dcn_data --json >"$log_dir/plan_256_peak.json" 2>"$log_dir/plan_256_peak.err" ||
+  fail "multislice plan failed: $(last_line "$log_dir/plan_256_peak.err")"
+"$bin" plan --accelerator_type cpu-1 --num_slices 2 --parameters "$params" \
+  --tokens_per_slice "$tokens" --peak_flops_per_chip "$peak" --mfu 1 \
+  --dcn_gbps_per_host "$(calc "$rate / 1e9")" --gradient_dtype "$grad_dtype" \
+  --dcn_volume ring --strategy dcn_data --json >"$log_dir/plan_2_peak.json" 2>"$log_dir/plan_2_peak.err" ||
+  fail "multislice plan failed: $(last_line "$log_dir/plan_2_peak.err")"
 
+if [ "$workload" = shardings ]; then
 # Not the plan: a critical-path estimate at the granularity of matmuls, to
 # explain what the plan's "forward + max(backward, DCN)" leaves out. The
 # baseline step is 6n-1 equal matmuls (2 per layer forward; dW2, dM1, dW1, dX
@@ -480,24 +822,61 @@ print(max(t, link_free), 2 * n * u, (4 * n - 1) * u, u, link_free)
 EOF
 }
 read -r cp_step cp_fwd cp_bwd cp_first cp_link_end <<<"$(critical_path "$base_median" "${link_rate:-$rate}")"
+fi
 
 measured="$(calc "$base_median / $dcn_median")"
 measured_one="$(calc "$one_median / $dcn_median")"
 pred="$(json "$plan_main" 'j["estimate"]["scaling_efficiency"]')"
 pred_nominal="$(json "$log_dir/plan_nominal.json" 'j["estimate"]["scaling_efficiency"]')"
+pred_serial="$(json "$plan_main" 'j["single_slice_step_seconds"] / j["estimate"]["step_seconds_without_overlap"]')"
 ratio_main="$(calc "$measured / $pred")"
 ratio_nominal="$(calc "$measured / $pred_nominal")"
+ratio_serial="$(calc "$measured / $pred_serial")"
 pe() { json "$1" "'step %.3f s = fwd %.3f + max(bwd %.3f, DCN %.3f); %d B over DCN per host; operational intensity %.0f FLOP/bit, minimum batch %.0f tokens/slice' % (j['estimate']['step_seconds'], j['estimate']['forward_seconds'], j['estimate']['backward_seconds'], j['estimate']['backward_dcn_seconds'], j['estimate']['dcn_bytes_per_host'], j['estimate']['operational_intensity_flops_per_bit'], j['estimate']['minimum_tokens_per_slice'])"; }
+p256() { json "$1" "'scaling efficiency %.1f %%, %.2f DCN bits per parameter, operational intensity %.0f FLOP/bit (hardware %.0f), minimum batch %.0f tokens/slice, step %.3f s = fwd %.3f + max(bwd %.3f, DCN %.3f)' % (100 * j['estimate']['scaling_efficiency'], j['dcn_bits_per_parameter'], j['operational_intensity_flops_per_bit'], j['arithmetic_intensity_flops_per_bit'], j['minimum_tokens_per_slice'], j['estimate']['step_seconds'], j['estimate']['forward_seconds'], j['estimate']['backward_seconds'], j['estimate']['backward_dcn_seconds'])"; }
 pct() { calc "'%.1f %%' % (100 * $1)"; }
 
+# The CPU the network costs: per worker and step, the DCN run's CPU time
+# less the baseline's (both over the counted steps).
+base_cpu="$(pj "$log_dir/skip.pool.json" 'j["cpu_s"]')"
+dcn_cpu="$(pj "$log_dir/dcn.pool.json" 'j["cpu_s"]')"
+base_softirq="$(pj "$log_dir/skip.pool.json" 'j["system_softirq_s"]')"
+dcn_softirq="$(pj "$log_dir/dcn.pool.json" 'j["system_softirq_s"]')"
+# Softirq time (the kernel's receive path, the qdisc's timers) is charged to
+# no process: the system's, split between the 2 workers.
+net_proc_cpu="$(calc "$dcn_cpu - $base_cpu")"
+net_softirq="$(calc "($dcn_softirq - $base_softirq) / 2")"
+net_cpu="$(calc "$net_proc_cpu + $net_softirq")"
+# Attributed directly: the threads other than the device threads (the DCN
+# stream, Gloo's I/O loop, which takes the name of the thread that made it)
+# and softirq. The device threads' own CPU varies by a few per cent between
+# runs with the contention, more than the network's CPU, which makes the
+# difference of whole processes the noisier figure.
+other_threads() { json "$1" "sum(v for g, v in j['threads_s'].items() if g != 'device')"; }
+net_threads="$(calc "$(other_threads "$log_dir/dcn.pool.json") - $(other_threads "$log_dir/skip.pool.json")")"
+net_direct="$(calc "$net_threads + $net_softirq")"
+gap="$(calc "$dcn_median - $base_median")"
+threads_line() { json "$1" "', '.join('%s %.3f' % (g, v) for g, v in sorted(j['threads_s'].items(), key=lambda x: -x[1]) if v >= 0.0005)"; }
+if [ "$workload" = shardings ]; then
+  base_what="2 slices --skip_dcn"; dcn_what="2 slices over DCN"
+else
+  base_what="2 x 1-slice trainings"; dcn_what="1 training of 2 slices"
+fi
+
 say ""
-say "== DCN emulation: 2 slices x cpu-1, veth + tbf, $(calc "round($rate / 1e6, 3)") Mbit/s each way, $(calc "round($flop_per_bit)") FLOP/bit =="
-say "oneDNN ISA                     $isa"
+say "== DCN emulation ($workload): 2 slices x cpu-1, veth + tbf, $(calc "round($rate / 1e6, 3)") Mbit/s each way, $(calc "round($flop_per_bit)") FLOP/bit =="
+say "CPU                            ${cpu:-unknown}, $(nproc) CPUs"
+say "ISA (multislice / oneDNN)      $isa / $onednn_isa"
 say "device peak                    $(calc "round($peak / 1e9, 1)") GFLOP/s ($peak_source)"
-say "step, 1 slice (own machine)    $(st "$one_out") s"
-say "step, 2 slices --skip_dcn      $(st3 "$skip_median" "$skip_min" "$skip_max") s ($repeats x $steps steps)"
-say "step, 2 slices over DCN        $(st3 "$dcn_median" "$dcn_min" "$dcn_max") s ($repeats x $steps steps)"
-say "DCN bytes per device per step  $(calc "int($dcn_bytes)") measured (ring all-reduce of 2: $grad_bytes gradient bytes each way)"
+say "step, 1 slice (own machine)    $one_line s"
+say "step, $(printf '%-24s' "$base_what")$(st3 "$skip_median" "$skip_min" "$skip_max") s ($(pj "$log_dir/skip.pool.json" 'j["n"]') steps over $repeats runs)"
+say "step, $(printf '%-24s' "$dcn_what")$(st3 "$dcn_median" "$dcn_min" "$dcn_max") s ($(pj "$log_dir/dcn.pool.json" 'j["n"]') steps over $repeats runs)"
+if [ "$workload" = shardings ]; then
+  say "DCN bytes per device per step  $(calc "int($dcn_bytes)") measured (ring all-reduce of 2: $grad_bytes gradient bytes each way); $(calc "int($wire_bytes)") on the wire (IP packets out of the namespace)"
+else
+  say "DCN bytes per device per step  $dcn_bytes (ring all-reduce of 2 of the $params f32 gradients: $grad_bytes each way); $(calc "int($wire_bytes)") on the wire (IP packets out of the namespace)"
+  say "memory                         peak RSS $(pj "$log_dir/dcn.pool.json" "'%.2f GiB' % (j['maxrss_kib'] / 2**20)") per worker (2 slices), $(pj "$log_dir/skip.pool.json" "'%.2f GiB' % (j['maxrss_kib'] / 2**20)") (1 slice)"
+fi
 if [ -n "$link_rate" ]; then
   say "link check                     all-reduce of $grad_bytes B: $(calc "'%.3f s (min %.3f, max %.3f)' % ($link_us / 1e6, $link_min_us / 1e6, $link_max_us / 1e6)") = $(calc "round($link_rate / 1e6, 2)") Mbit/s each way, $(pct "$link_rate / $rate") of the tbf rate"
 fi
@@ -505,12 +884,37 @@ say "baseline                       $baseline (median step $(calc "round($base_m
 say "plan, nominal R                $(pe "$log_dir/plan_nominal.json")"
 [ -z "$link_rate" ] || say "plan, measured link rate       $(pe "$log_dir/plan_link.json")"
 say ""
+say "CPU per step and worker        baseline $(calc "round($base_cpu, 3)") s ($(pj "$log_dir/skip.pool.json" "'user %.3f, sys %.3f' % (j['user_s'], j['sys_s'])")), over DCN $(calc "round($dcn_cpu, 3)") s ($(pj "$log_dir/dcn.pool.json" "'user %.3f, sys %.3f' % (j['user_s'], j['sys_s'])"))"
+say "  threads, baseline            $(threads_line "$log_dir/skip.pool.json")"
+say "  threads, over DCN            $(threads_line "$log_dir/dcn.pool.json")"
+say "  other work per step          baseline $(pj "$log_dir/skip.pool.json" "'%.3f' % j['others_s']") s, over DCN $(pj "$log_dir/dcn.pool.json" "'%.3f' % j['others_s']") s (the system's busy time less the workers' and softirq: other processes, the samplers, steal)"
+say "  system softirq per step      baseline $(pj "$log_dir/skip.pool.json" "'%.3f' % j['system_softirq_s']") s, over DCN $(pj "$log_dir/dcn.pool.json" "'%.3f' % j['system_softirq_s']") s (both CPUs, not charged to any process)"
+say "network CPU per step           $(calc "'%.4f s per worker (process %+.4f, softirq %+.4f) = %.1f %% of the DCN step; the step grew by %.3f s, so it could explain at most %s of that' % ($net_cpu, $net_proc_cpu, $net_softirq, 100 * $net_cpu / $dcn_median, $gap, ('%.0f %%' % (100 * $net_cpu / $gap)) if $gap > 0 else 'all')")"
+say "  attributed to the network    $(calc "'%.4f s per worker (threads other than device %+.4f, softirq %+.4f) = %.1f %% of the DCN step, at most %s of the step growth' % ($net_direct, $net_threads, $net_softirq, 100 * $net_direct / $dcn_median, ('%.0f %%' % (100 * $net_direct / $gap)) if $gap > 0 else 'all')")"
+"$PY" -c "import sys; sys.exit(0 if $(pj "$log_dir/skip.pool.json" 'j["overlap"]') else 1)" ||
+  say "# warning: in a baseline run no counted step of one training ran entirely while the other ran (steps too short, or a slow start): all counted steps are used"
+"$PY" -c "import sys; sys.exit(0 if $(pj "$log_dir/dcn.pool.json" 'j["covered"]') and $(pj "$log_dir/skip.pool.json" 'j["covered"]') else 1)" ||
+  say "# warning: a CPU window was not covered by the samples (a run ended early, or too short to see its device thread): the CPU figures are approximate"
+"$PY" -c "import sys; sys.exit(0 if $(pj "$log_dir/dcn.pool.json" 'j["threads_covered"]') and $(pj "$log_dir/skip.pool.json" 'j["threads_covered"]') else 1)" ||
+  say "# note: a window ended after its worker's last sample of threads (within ${sample_interval} s of the exit): per-thread figures miss up to one sample interval at the end; the process totals (exact at exit) do not"
+say ""
 say "measured scaling efficiency    $(pct "$measured")   (baseline $baseline; against the 1-slice run: $(pct "$measured_one"))"
 say "predicted (plan, nominal R)    $(pct "$pred_nominal")   measured/predicted = $(calc "round($ratio_nominal, 3)")"
 [ -z "$link_rate" ] || say "predicted (plan, link check)   $(pct "$pred")   measured/predicted = $(calc "round($ratio_main, 3)")"
-say "critical path (not the plan)   $(calc "'%.1f %%: step %.3f s = max(fwd %.3f + bwd %.3f, last all-reduce done at %.3f; the first starts at fwd + %.3f)' % (100 * $base_median / $cp_step, $cp_step, $cp_fwd, $cp_bwd, $cp_link_end, $cp_first)")   measured/this = $(calc "round($cp_step / $dcn_median, 3)")"
+if [ "$workload" = shardings ]; then
+  say "critical path (not the plan)   $(calc "'%.1f %%: step %.3f s = max(fwd %.3f + bwd %.3f, last all-reduce done at %.3f; the first starts at fwd + %.3f)' % (100 * $base_median / $cp_step, $cp_step, $cp_fwd, $cp_bwd, $cp_link_end, $cp_first)")   measured/this = $(calc "round($cp_step / $dcn_median, 3)")"
+else
+  say "plan without overlap           $(pct "$pred_serial")   measured/this = $(calc "round($ratio_serial, 3)")   (the trainer all-reduces the gradients after the whole backward pass: fwd + bwd + DCN)"
+fi
 agree="$(calc "'yes' if abs($ratio_main - 1) <= 0.15 else 'no'")"
 say "agree within 15 % ($plan_main_what): $agree"
+say ""
+say "256 slices, same per-slice numbers as the prediction (the baseline's achieved FLOP/s, $plan_main_what):"
+say "  ring volume                  $(p256 "$log_dir/plan_256_ring.json")"
+say "  seed volume                  $(p256 "$log_dir/plan_256_seed.json")"
+say "at the device peak (MFU 100 %) and the nominal R ($(calc "round($flop_per_bit)") FLOP/bit), ring volume:"
+say "  2 slices                     $(p256 "$log_dir/plan_2_peak.json")"
+say "  256 slices                   $(p256 "$log_dir/plan_256_peak.json")"
 for s in 0 1; do
   say "tbf ${veth[s]}: $(ip netns exec "${ns[s]}" tc -s qdisc show dev "${veth[s]}" | grep -m1 -o 'Sent.*)')"
 done
@@ -522,6 +926,11 @@ spread_warning() {  # spread_warning WHAT MIN MAX
     say "# warning: the $1 steps range from $(calc "round($2, 3)") to $(calc "round($3, 3)") s (over 25 %): other work was using the CPUs; run it again"
   fi
 }
-spread_warning "--skip_dcn" "$skip_min" "$skip_max"
+for which in skip dcn; do
+  if "$PY" -c "import sys; sys.exit(0 if $(pj "$log_dir/$which.pool.json" 'j["others_share_max"]') > 0.05 else 1)"; then
+    say "# warning: during a $which run other work used $(pj "$log_dir/$which.pool.json" "'%.1f %%' % (100 * j['others_share_max'])") of the 2 CPUs (beside the workers and softirq): run it again"
+  fi
+done
+spread_warning "baseline" "$skip_min" "$skip_max"
 spread_warning "over-DCN" "$dcn_min" "$dcn_max"
 [ -z "$logs" ] || say "# logs in $logs"
