@@ -71,6 +71,16 @@ class IciDomainTest : public testing::ControllerFixture {
     }
     return out;
   }
+
+  // Creates the queued resource "pod" (one v4-16 slice); the HTTP status.
+  int CreatePod();
+  // The queued resource reaches WAITING_FOR_RESOURCES and stays there.
+  void ExpectItWaits() {
+    ASSERT_TRUE(WaitFor([&] { return State() == "WAITING_FOR_RESOURCES"; }))
+        << State();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_EQ(State(), "WAITING_FOR_RESOURCES");
+  }
 };
 
 json V4_16Body() {
@@ -84,21 +94,22 @@ json V4_16Body() {
                  {"metadata", {{"startup-script", "sleep 1000"}}}}}}}}}}};
 }
 
+int IciDomainTest::CreatePod() {
+  const json body = V4_16Body();
+  return Call("POST",
+              "/v2alpha1/projects/proj/locations/us-test1-a/"
+              "queuedResources?queued_resource_id=pod",
+              &body)
+      .status;
+}
+
 TEST_F(IciDomainTest, MultiHostSliceIsPlacedAndRepairedInOneDomain) {
   Start();
   FakeAgent& a1 = AddHost("127.0.0.1", "pa");
   FakeAgent& b1 = AddHost("127.0.0.2", "pb");
-  const json body = V4_16Body();
-  ASSERT_EQ(Call("POST",
-                 "/v2alpha1/projects/proj/locations/us-test1-a/"
-                 "queuedResources?queued_resource_id=pod",
-                 &body)
-                .status,
-            200);
+  ASSERT_EQ(CreatePod(), 200);
   // Two free v4 hosts, but not joined by ICI: the slice waits.
-  ASSERT_TRUE(WaitFor([&] { return State() == "WAITING_FOR_RESOURCES"; }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_EQ(State(), "WAITING_FOR_RESOURCES");
+  ASSERT_NO_FATAL_FAILURE(ExpectItWaits());
   FakeAgent& a2 = AddHost("127.0.0.3", "pa");
   ASSERT_TRUE(WaitFor([&] { return State() == "ACTIVE"; })) << State();
   EXPECT_EQ(SliceHosts(), (std::set<std::string>{a1.host_id(), a2.host_id()}));
@@ -118,10 +129,7 @@ TEST_F(IciDomainTest, MultiHostSliceIsPlacedAndRepairedInOneDomain) {
   a1.PauseHeartbeats(true);
   ASSERT_EQ(Call("POST", "/internal/v1/hosts/" + a1.host_id() + ":fail").status,
             200);
-  ASSERT_TRUE(WaitFor([&] { return State() == "WAITING_FOR_RESOURCES"; }))
-      << State();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_EQ(State(), "WAITING_FOR_RESOURCES");
+  ASSERT_NO_FATAL_FAILURE(ExpectItWaits());
   EXPECT_TRUE(Qr()["nodes"][0]["hosts"].empty());
   FakeAgent& b2 = AddHost("127.0.0.4", "pb");
   ASSERT_TRUE(WaitFor([&] { return State() == "ACTIVE"; })) << State();
@@ -134,16 +142,8 @@ TEST_F(IciDomainTest, HostsWithoutADomainFormSlicesOnlyWithEachOther) {
   Start();
   FakeAgent& n1 = AddHost("127.0.0.1", "");
   AddHost("127.0.0.2", "pa");
-  const json body = V4_16Body();
-  ASSERT_EQ(Call("POST",
-                 "/v2alpha1/projects/proj/locations/us-test1-a/"
-                 "queuedResources?queued_resource_id=pod",
-                 &body)
-                .status,
-            200);
-  ASSERT_TRUE(WaitFor([&] { return State() == "WAITING_FOR_RESOURCES"; }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_EQ(State(), "WAITING_FOR_RESOURCES");
+  ASSERT_EQ(CreatePod(), 200);
+  ASSERT_NO_FATAL_FAILURE(ExpectItWaits());
   FakeAgent& n2 = AddHost("127.0.0.3", "");
   ASSERT_TRUE(WaitFor([&] { return State() == "ACTIVE"; })) << State();
   EXPECT_EQ(SliceHosts(), (std::set<std::string>{n1.host_id(), n2.host_id()}));
