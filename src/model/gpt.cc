@@ -443,7 +443,8 @@ Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
   return static_cast<float>(sum / static_cast<double>(N));
 }
 
-Status GptModel::Backward(const float* params, float* grads) {
+Status GptModel::Backward(const float* params, float* grads,
+                          const GradientReady& ready) {
   if (!have_loss_) {
     return FailedPrecondition(
         "GptModel::Backward needs a successful Forward with targets first");
@@ -492,6 +493,10 @@ Status GptModel::Backward(const float* params, float* grads) {
                          grads + layout_[lnf_index + 1].offset, a.dlnf.data(),
                          last_residual, params + layout_[lnf_index].offset,
                          a.lnf_mean.data(), a.lnf_rstd.data(), N, C);
+  auto done = [&](int64_t begin, int64_t end) {
+    if (ready) ready(begin, end - begin);
+  };
+  done(layout_[lnf_index].offset, layout_.back().offset + layout_.back().size);
 
   // a.dresidual holds d(loss)/d(output of block l) on entry to iteration l
   // and d(loss)/d(input of block l) on exit. Input gradients that a matmul
@@ -543,10 +548,13 @@ Status GptModel::Backward(const float* params, float* grads) {
     ops::LayerNormBackward(a.dresidual.data(), g(kLn1W), g(kLn1B), d.ln1.data(),
                            block_input, p(kLn1W), la.ln1_mean.data(),
                            la.ln1_rstd.data(), N, C);
+    done(LayerOffset(l, 0),
+         l + 1 < L ? LayerOffset(l + 1, 0) : layout_[lnf_index].offset);
   }
   ZeroTensor(grads, 1);  // wpe: rows at or past T get no gradient
   ops::EncoderBackward(dwte, grads + layout_[1].offset, a.dresidual.data(),
                        a.tokens.data(), B, T, C);
+  done(0, layout_[1].offset + layout_[1].size);
   return OkStatus();
 }
 

@@ -14,6 +14,7 @@
 #define MULTISLICE_MODEL_GPT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -97,7 +98,17 @@ class GptModel {
   // is written, the weight gradients by their matmuls directly, so nothing
   // needs zeroing first). kFailedPrecondition unless the last Forward had
   // targets and succeeded; kInternal if a matmul fails.
-  Status Backward(const float* params, float* grads);
+  //
+  // `ready`, if set, is called with each range [offset, offset + count) of
+  // grads as soon as the pass has written it for the last time: lnf, then
+  // the layers from the last to the first, then the embeddings (wte is
+  // final only at the end: the head and the encoder both add to it). The
+  // ranges are disjoint, cover every parameter, and each begins where the
+  // next one ends, so a caller can start reducing the last layers'
+  // gradients while the first layers' backward still computes.
+  using GradientReady = std::function<void(int64_t offset, int64_t count)>;
+  Status Backward(const float* params, float* grads,
+                  const GradientReady& ready = {});
 
   // [B,T,V] logits of the last Forward.
   const float* logits() const;

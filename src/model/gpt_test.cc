@@ -233,6 +233,61 @@ TEST(GptTest, BackwardOverwritesEveryEntry) {
   }
 }
 
+// Backward reports each range of the gradient once it is final: a copy taken
+// at the report equals the finished gradient, the ranges tile the buffer in
+// the order the pass runs (lnf, the layers from the last, the embeddings),
+// each ending where the previous one began; and the gradient is the one a
+// Backward without the callback writes.
+TEST(GptTest, BackwardReportsEachRangeWhenFinal) {
+  GptConfig c = TinyConfig();
+  c.num_layers = 3;
+  const int64_t n = NumParameters(c);
+  std::vector<float> params(n);
+  InitParameters(c, 4, params.data());
+  const Batch batch = MakeBatch(2, c.max_seq_len, c.vocab_size, 5);
+  GptModel model(c);
+  ASSERT_TRUE(model
+                  .Forward(params.data(), batch.tokens.data(),
+                           batch.targets.data(), 2, c.max_seq_len)
+                  .ok());
+  std::vector<float> plain(n), grads(n, std::nanf(""));
+  ASSERT_TRUE(model.Backward(params.data(), plain.data()).ok());
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  std::vector<std::vector<float>> copies;
+  ASSERT_TRUE(model
+                  .Backward(params.data(), grads.data(),
+                            [&](int64_t offset, int64_t count) {
+                              ranges.emplace_back(offset, count);
+                              copies.emplace_back(
+                                  grads.begin() + offset,
+                                  grads.begin() + offset + count);
+                            })
+                  .ok());
+  const std::vector<ParamTensor> layout = ParameterLayout(c);
+  auto offset_of = [&](const std::string& name) {
+    for (const ParamTensor& t : layout) {
+      if (t.name == name) return t.offset;
+    }
+    ADD_FAILURE() << "no tensor " << name;
+    return int64_t{-1};
+  };
+  const std::vector<int64_t> begins = {
+      offset_of("lnf.w"), offset_of("h2.ln1.w"), offset_of("h1.ln1.w"),
+      offset_of("h0.ln1.w"), 0};
+  ASSERT_EQ(ranges.size(), begins.size());
+  int64_t end = n;
+  for (size_t r = 0; r < ranges.size(); ++r) {
+    EXPECT_EQ(ranges[r].first, begins[r]) << "range " << r;
+    EXPECT_EQ(ranges[r].first + ranges[r].second, end) << "range " << r;
+    end = ranges[r].first;
+    for (int64_t i = 0; i < ranges[r].second; ++i) {
+      ASSERT_EQ(copies[r][i], grads[ranges[r].first + i])
+          << "range " << r << " entry " << i << " changed after its report";
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(grads[i], plain[i]) << i;
+}
+
 // Trains on one fixed batch; returns the losses of every step.
 std::vector<float> Train(const GptConfig& c, uint64_t seed, int steps,
                          DType matmul_type = DType::kF32) {

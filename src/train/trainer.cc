@@ -25,6 +25,7 @@
 #include "runtime/comm/types.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/gradient_buckets.h"
 #include "train/metrics.h"
 #include "train/run_directory.h"
 #include "train/train_state.h"
@@ -33,6 +34,11 @@ namespace multislice::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The smallest all-reduce of the gradient the backward pass starts (64 Ki
+// floats, 256 KiB): a layer of the quickstart model is one bucket; LayerNorm
+// and bias ranges join the next layer's.
+constexpr int64_t kGradientBucketElements = int64_t{1} << 16;
 using runtime::DType;
 
 double SecondsSince(Clock::time_point start) {
@@ -826,6 +832,35 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
       return StopStatus(shared.Fault(), step, checkpoints);
     };
 
+    // The backward pass and the sum of the gradient over data (and its
+    // reduce-scatter over fsdp). Unsharded, each bucket's all-reduce starts
+    // once the backward has finished its layers, so the DCN transfer of the
+    // last layers overlaps the backward of the first ones. Sharded, the
+    // reduce-scatter needs the whole gradient first (the shards are
+    // contiguous ranges of the flat buffer), so nothing overlaps yet.
+    auto reduce_gradients = [&]() -> Status {
+      if (!sharded && data->size == 1) {
+        return gpt.Backward(weights, grads.data());
+      }
+      if (!sharded) {
+        GradientBuckets buckets(coll, {"data"}, grads.data(),
+                                kGradientBucketElements);
+        RETURN_IF_ERROR(
+            gpt.Backward(weights, grads.data(),
+                         [&](int64_t o, int64_t c) { buckets.Ready(o, c); }));
+        return buckets.Finish();
+      }
+      RETURN_IF_ERROR(gpt.Backward(weights, grads.data()));  // writes all
+      runtime::CollectiveHandle scatter = coll.ReduceScatter(
+          {"fsdp"}, grads.data(), grad_shard.data(), static_cast<size_t>(N),
+          DType::kF32, comm::ReduceOp::kSum, "grads");
+      runtime::CollectiveHandle reduce =
+          coll.AllReduce({"data"}, gradient, gradient, seg.count, DType::kF32,
+                         comm::ReduceOp::kSum, "grads", scatter);
+      RETURN_IF_ERROR(scatter.Wait());
+      return reduce.Wait();
+    };
+
     compute::AdamWOptions adam;
     adam.beta1 = static_cast<float>(config.adam_b1);
     adam.beta2 = static_cast<float>(config.adam_b2);
@@ -841,18 +876,7 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
       RETURN_IF_ERROR(gather_weights());
       ASSIGN_OR_RETURN(float loss, gpt.Forward(weights, batch.inputs.data(),
                                                batch.targets.data(), B, T));
-      RETURN_IF_ERROR(gpt.Backward(weights, grads.data()));  // writes all
-      runtime::CollectiveHandle scatter;
-      if (sharded) {
-        scatter = coll.ReduceScatter({"fsdp"}, grads.data(), grad_shard.data(),
-                                     static_cast<size_t>(N), DType::kF32,
-                                     comm::ReduceOp::kSum, "grads");
-      }
-      runtime::CollectiveHandle reduce =
-          coll.AllReduce({"data"}, gradient, gradient, seg.count, DType::kF32,
-                         comm::ReduceOp::kSum, "grads", scatter);
-      if (sharded) RETURN_IF_ERROR(scatter.Wait());
-      RETURN_IF_ERROR(reduce.Wait());
+      RETURN_IF_ERROR(reduce_gradients());
       // The mean loss and the squared norm of the summed gradient, in one
       // all-reduce (data replicas hold equal shards: each adds 1/data).
       const double sumsq = compute::SumOfSquares(gradient, count);
