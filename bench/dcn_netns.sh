@@ -82,8 +82,9 @@ and the plan for 256 slices with the same per-slice numbers. For shardings a
 last line, not from the plan, replays the step at the granularity of
 matmuls (DCN starts when the first gradient is ready, gradients queue on the
 link) to show what the plan's forward + max(backward, DCN) leaves out; for
-train the plan's step without overlap is shown, since the trainer
-all-reduces the gradients after the backward pass.
+train the same with the trainer's gradient buckets (a layer each; the first
+layer's and the embeddings' is final only when the backward ends), and the
+plan's step without overlap.
 
 Options:
   --workload W                 shardings (default) or train
@@ -822,6 +823,39 @@ print(max(t, link_free), 2 * n * u, (4 * n - 1) * u, u, link_free)
 EOF
 }
 read -r cp_step cp_fwd cp_bwd cp_first cp_link_end <<<"$(critical_path "$base_median" "${link_rate:-$rate}")"
+else
+# Not the plan: the trainer's buckets (train/gradient_buckets.h). The
+# backward pass reports lnf, the layers from the last, then the embeddings;
+# adjacent ranges join until a bucket holds 65,536 values, and each bucket's
+# all-reduce starts when it is full, one after the other over the link. The
+# baseline step is split as the plan splits it (forward 1/3, backward 2/3),
+# the backward's time over its ranges in proportion to their matmul work
+# (the head's V x C for lnf's range, a layer's parameters for a layer's, none
+# for the encoder), so the first layer's and the embeddings' bucket, final
+# only when the backward ends, is the tail DCN cannot hide.
+buckets_path() {  # buckets_path BASE_STEP_S LINK_BIT_PER_S
+  "$PY" - "$1" "$2" "$n" "$d" "$mlp_dim" "$vocab" "$seq_len" "$params" <<'EOF'
+import sys
+base, rate = float(sys.argv[1]), float(sys.argv[2])
+n, c, h, v, t_len, p = (int(x) for x in sys.argv[3:])
+layer = 4 * c * c + 2 * c * h + 9 * c + h
+# (values, backward work) of each range, in the order the backward reports.
+ranges = [(2 * c, v * c)] + [(layer, layer)] * n + [((v + t_len) * c, 0)]
+work = sum(w for _, w in ranges)
+fwd, bwd = base / 3, 2 * base / 3
+t, link_free, pending, size, buckets = fwd, 0.0, 0, 0, []
+for i, (values, w) in enumerate(ranges):
+    t += bwd * w / work
+    pending += values
+    if pending >= 65536 or i == len(ranges) - 1:
+        link_free = max(link_free, t) + pending * 4 * 8 / rate
+        buckets.append(pending)
+        pending = 0
+print(max(t, link_free), len(buckets), (layer * (n > 0) + (v + t_len) * c) / p,
+      max(0.0, link_free - t))
+EOF
+}
+read -r bp_step bp_buckets bp_last_fraction bp_tail <<<"$(buckets_path "$base_median" "${link_rate:-$rate}")"
 fi
 
 measured="$(calc "$base_median / $dcn_median")"
@@ -904,7 +938,8 @@ say "predicted (plan, nominal R)    $(pct "$pred_nominal")   measured/predicted 
 if [ "$workload" = shardings ]; then
   say "critical path (not the plan)   $(calc "'%.1f %%: step %.3f s = max(fwd %.3f + bwd %.3f, last all-reduce done at %.3f; the first starts at fwd + %.3f)' % (100 * $base_median / $cp_step, $cp_step, $cp_fwd, $cp_bwd, $cp_link_end, $cp_first)")   measured/this = $(calc "round($cp_step / $dcn_median, 3)")"
 else
-  say "plan without overlap           $(pct "$pred_serial")   measured/this = $(calc "round($ratio_serial, 3)")   (the trainer all-reduces the gradients after the whole backward pass: fwd + bwd + DCN)"
+  say "trainer's buckets (not plan)   $(calc "'%.1f %%: step %.3f s, %d buckets; the link busy %.3f s after the backward ends (the first layer is final only then, the embeddings too: %.1f %% of the gradient)' % (100 * $base_median / $bp_step, $bp_step, $bp_buckets, $bp_tail, 100 * $bp_last_fraction)")   measured/this = $(calc "round($bp_step / $dcn_median, 3)")"
+  say "plan without overlap           $(pct "$pred_serial")   measured/this = $(calc "round($ratio_serial, 3)")   (fwd + bwd + DCN: what the trainer did before its gradient buckets)"
 fi
 agree="$(calc "'yes' if abs($ratio_main - 1) <= 0.15 else 'no'")"
 say "agree within 15 % ($plan_main_what): $agree"
