@@ -5,8 +5,11 @@
 
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,6 +17,8 @@
 #include "common/temp_dir.h"
 #include "runtime/comm/types.h"
 #include "runtime/launcher.h"
+#include "runtime/runtime.h"
+#include "runtime/worker_env.h"
 
 namespace multislice::runtime::testing {
 
@@ -46,6 +51,33 @@ inline LaunchResult RunSelfAsWorkers(int num_slices, int devices,
                                      const std::string& store_address = "") {
   return RunSelfAsWorkersOf("cpu-" + std::to_string(devices), num_slices, args,
                             run_id, store_address);
+}
+
+// The body of a worker of RunSelfAsWorkers: a Runtime from the worker
+// environment with `parallelism`, then check(runtime, local) on every device
+// thread, which returns its number of wrong values. The worker's exit code:
+// 0 when every device found none, 1 otherwise, 2 without the environment.
+inline int RunDeviceChecks(const mesh::ParallelismConfig& parallelism,
+                           const std::function<int(Runtime&, int)>& check) {
+  auto env = ReadWorkerEnv(ProcessEnvironment());
+  if (!env.ok() || !env->has_value()) return 2;
+  RuntimeOptions options;
+  options.env = **env;
+  options.parallelism = parallelism;
+  options.timeout = std::chrono::seconds(60);
+  auto rt = Runtime::Create(options);
+  if (!rt.ok()) {
+    std::fprintf(stderr, "runtime: %s\n", rt.status().message().c_str());
+    return 1;
+  }
+  std::vector<int> wrong((*rt)->local_devices().size());
+  Status s = (*rt)->RunOnDevices([&](int local) {
+    wrong[local] = check(**rt, local);
+    return OkStatus();
+  });
+  int total = 0;
+  for (int w : wrong) total += w;
+  return s.ok() && total == 0 ? 0 : 1;
 }
 
 // Element access for f32 and bf16 buffers held as bytes.

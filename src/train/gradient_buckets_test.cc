@@ -13,9 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/runtime.h"
 #include "runtime/test_support.h"
-#include "runtime/worker_env.h"
 
 namespace multislice::train {
 namespace {
@@ -69,26 +67,10 @@ int CheckOnDevice(runtime::Runtime& rt, int local) {
 }
 
 int WorkerMain() {
-  auto env = runtime::ReadWorkerEnv(runtime::ProcessEnvironment());
-  if (!env.ok() || !env->has_value()) return 2;
-  runtime::RuntimeOptions options;
-  options.env = **env;
-  options.parallelism.ici = {kDevices, 1, 1};
-  options.parallelism.dcn = {kSlices, 1, 1};
-  options.timeout = std::chrono::seconds(60);
-  auto rt = runtime::Runtime::Create(options);
-  if (!rt.ok()) {
-    std::fprintf(stderr, "runtime: %s\n", rt.status().message().c_str());
-    return 1;
-  }
-  std::vector<int> wrong((*rt)->local_devices().size());
-  Status s = (*rt)->RunOnDevices([&](int local) {
-    wrong[local] = CheckOnDevice(**rt, local);
-    return OkStatus();
-  });
-  int total = 0;
-  for (int w : wrong) total += w;
-  return s.ok() && total == 0 ? 0 : 1;
+  mesh::ParallelismConfig parallelism;
+  parallelism.ici = {kDevices, 1, 1};
+  parallelism.dcn = {kSlices, 1, 1};
+  return runtime::testing::RunDeviceChecks(parallelism, CheckOnDevice);
 }
 
 TEST(GradientBucketsTest, SumsEveryBucketOverSlicesAsOneAllReduce) {

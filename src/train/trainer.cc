@@ -25,8 +25,11 @@
 #include "runtime/comm/types.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
-#include "train/gradient_buckets.h"
 #include "train/metrics.h"
+#include "train/optimizer.h"
+#include "train/parallel_plan.h"
+#include "train/replica_restore.h"
+#include "train/reporter.h"
 #include "train/run_directory.h"
 #include "train/train_state.h"
 
@@ -35,10 +38,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The smallest all-reduce of the gradient the backward pass starts (64 Ki
-// floats, 256 KiB): a layer of the quickstart model is one bucket; LayerNorm
-// and bias ranges join the next layer's.
-constexpr int64_t kGradientBucketElements = int64_t{1} << 16;
 using runtime::DType;
 
 double SecondsSince(Clock::time_point start) {
@@ -116,187 +115,6 @@ std::function<Status()> StoreBarrier(runtime::Runtime& rt) {
   };
 }
 
-// Printing and files of process 0 (device 0's thread only).
-class Reporter {
- public:
-  Reporter(const TrainerOptions& options, double flops_per_step, int attempt)
-      : options_(options), flops_per_step_(flops_per_step), attempt_(attempt) {}
-
-  // Opens metrics.jsonl; its earlier records give this start's resume
-  // index (metrics.h) and the plot's history.
-  Status Open(const std::string& run_dir) {
-    ASSIGN_OR_RETURN(metrics_, MetricsWriter::Open(run_dir));
-    run_dir_ = run_dir;
-    auto records = MetricsWriter::ReadAll(metrics_->path());
-    if (records.ok()) history_ = std::move(*records);
-    resume_ = NextResumeIndex(history_);
-    return OkStatus();
-  }
-
-  // Records step `step` (metrics.jsonl, the plot's points, the summary) and
-  // prints its line. A metrics record that could not be written is the
-  // error returned (the rest is done all the same).
-  Status Step(int64_t step, int64_t first_step, double loss, double lr,
-              double norm, double seconds, double tokens_per_step,
-              std::optional<double> val_loss, TrainSummary* summary) {
-    const double tflops = flops_per_step_ / seconds / 1e12;
-    const double mfu =
-        options_.peak_flops_per_device > 0
-            ? flops_per_step_ / seconds / options_.peak_flops_per_device
-            : 0;
-    nlohmann::json record = {
-        {"step", step},
-        {"loss", loss},
-        {"lr", lr},
-        {"grad_norm", norm},
-        {"step_time_s", seconds},
-        {"tokens_per_s", tokens_per_step / seconds},
-        {"tflops_per_device", tflops},
-        {"attempt", attempt_},
-        {kResumeField, resume_},
-        {"time", std::chrono::duration<double>(
-                     std::chrono::system_clock::now().time_since_epoch())
-                     .count()}};
-    if (mfu > 0) record["mfu"] = mfu;
-    if (val_loss) record["val_loss"] = *val_loss;
-    Status written;
-    if (metrics_) {
-      written = metrics_->Write(record).WithContext(
-          "the metrics record of step " + std::to_string(step) +
-          " could not be written");
-    }
-    train_points_.emplace_back(step, loss);
-    if (val_loss) val_points_.emplace_back(step, *val_loss);
-
-    summary->last_step = step;
-    summary->final_loss = loss;
-    summary->losses.push_back(loss);
-    if (val_loss) summary->final_val_loss = *val_loss;
-    if (step > first_step) {
-      later_seconds_ += seconds;
-      later_mfu_ += mfu;
-      ++later_steps_;
-      summary->mean_step_seconds = later_seconds_ / later_steps_;
-      summary->mean_mfu = later_mfu_ / later_steps_;
-      summary->tokens_per_second = tokens_per_step / summary->mean_step_seconds;
-    }
-    if (step == first_step) {
-      first_step_start_ =
-          Clock::now() - std::chrono::duration_cast<Clock::duration>(
-                             std::chrono::duration<double>(seconds));
-    }
-    if (!options_.quiet) {
-      Print(step, first_step, loss, lr, norm, seconds, tokens_per_step,
-            val_loss, tflops, mfu);
-    }
-    return written;
-  }
-
-  // Makes the records written so far durable (at checkpoints and at the
-  // end), so that a failed write-back is reported too.
-  Status SyncMetrics() {
-    if (!metrics_) return OkStatus();
-    return metrics_->Sync().WithContext("the metrics could not be saved");
-  }
-
-  void Print(int64_t step, int64_t first_step, double loss, double lr,
-             double norm, double seconds, double tokens_per_step,
-             std::optional<double> val_loss, double tflops, double mfu) {
-    const TrainConfig& c = options_.config;
-    const bool log = step % c.log_period == 0 || step == c.steps || val_loss;
-    std::string line;
-    if (log) {
-      char buf[256];
-      std::snprintf(buf, sizeof buf,
-                    "step %lld/%d  loss %.4f  lr %.2e  norm %.3f  %.3f s  "
-                    "%.0f tokens/s  %.3f TFLOP/s",
-                    static_cast<long long>(step), c.steps, loss, lr, norm,
-                    seconds, tokens_per_step / seconds, tflops);
-      line = buf;
-      if (mfu > 0) {
-        // Above 100 %: the start-up peak was measured low; say so.
-        std::snprintf(buf, sizeof buf, "  MFU %.1f%%%s", 100 * mfu,
-                      mfu > 1 ? " (above the measured peak)" : "");
-        line += buf;
-      }
-      if (val_loss) {
-        std::snprintf(buf, sizeof buf, "  val_loss %.4f", *val_loss);
-        line += buf;
-      }
-      if (!options_.show_progress && step < c.steps) {
-        // Without a terminal's progress bar, each line says how long the
-        // rest will take at the pace so far (evaluations and checkpoints
-        // included).
-        const double per_step = SecondsSince(first_step_start_) /
-                                static_cast<double>(step - first_step + 1);
-        line += "  ETA " +
-                FormatDuration(per_step * static_cast<double>(c.steps - step));
-      }
-    }
-    if (options_.show_progress) {
-      if (!log) {
-        if (SecondsSince(last_bar_) < 0.2 && step != c.steps) return;
-      }
-      last_bar_ = Clock::now();
-      std::printf("\r\033[K%s%s%s", line.c_str(), log ? "\n" : "",
-                  ProgressBar(step, c.steps, SecondsSince(start_), 30).c_str());
-      if (step == c.steps) std::printf("\n");
-    } else if (log) {
-      std::printf("%s\n", line.c_str());
-    }
-    std::fflush(stdout);
-  }
-
-  void Plot() {
-    // No points (a finished run whose metrics.jsonl is gone): keep the plot.
-    if (run_dir_.empty() || (train_points_.empty() && val_points_.empty())) {
-      return;
-    }
-    Status s =
-        WriteLossPlotSvg(run_dir_ + "/loss.svg", train_points_, val_points_,
-                         "multislice train: " + options_.config.run_name);
-    // The plot is redrawn from the points at the next evaluation: a failure
-    // costs no data, so it is a warning and training goes on.
-    if (!s.ok()) {
-      std::fprintf(stderr, "multislice train: warning: %s\n",
-                   s.message().c_str());
-    }
-  }
-
-  // Earlier starts' points up to the step resumed from, each step's record
-  // that counts (metrics.h), so the plot shows the whole run, also when
-  // there is nothing left to train.
-  void LoadHistory(int64_t up_to_step) {
-    for (const nlohmann::json& r : CurrentStepRecords(history_)) {
-      const int64_t step = r.value("step", int64_t{-1});
-      if (step < 1 || step > up_to_step) continue;
-      const auto x = static_cast<double>(step);
-      if (r.contains("loss") && r["loss"].is_number()) {
-        train_points_.emplace_back(x, r["loss"].get<double>());
-      }
-      if (r.contains("val_loss") && r["val_loss"].is_number()) {
-        val_points_.emplace_back(x, r["val_loss"].get<double>());
-      }
-    }
-    history_.clear();
-  }
-
- private:
-  const TrainerOptions& options_;
-  const double flops_per_step_;
-  const int attempt_;
-  int64_t resume_ = 0;
-  std::vector<nlohmann::json> history_;  // metrics.jsonl at Open
-  std::optional<MetricsWriter> metrics_;
-  std::string run_dir_;
-  std::vector<std::pair<double, double>> train_points_, val_points_;
-  Clock::time_point start_ = Clock::now();
-  Clock::time_point first_step_start_ = Clock::now();
-  Clock::time_point last_bar_{};
-  double later_seconds_ = 0, later_mfu_ = 0;
-  int64_t later_steps_ = 0;
-};
-
 // What the device threads of one process share.
 struct ProcessState {
   explicit ProcessState(int local_count) : barrier(local_count) {
@@ -321,6 +139,36 @@ struct ProcessState {
     return fault;
   }
 };
+
+// A device's iterator over `file`: its per_device_batch_size rows of the
+// global batch (device id order), the run's seed plus seed_offset.
+Result<DataIterator> OpenData(const TrainConfig& config,
+                              const std::string& file, int global_rows,
+                              int device_id, uint64_t seed_offset) {
+  DataIteratorOptions o;
+  o.token_file = file;
+  o.global_rows = global_rows;
+  o.row_begin = device_id * config.per_device_batch_size;
+  o.rows = config.per_device_batch_size;
+  o.seq_len = config.max_target_length;
+  o.seed = static_cast<uint64_t>(config.seed) + seed_offset;
+  return DataIterator::Create(o);
+}
+
+// Every device must agree on the checkpoint step it restored.
+Status AgreeOnRestoredStep(ParallelPlan& plan, int64_t restored_step,
+                           const std::string& checkpoint_dir) {
+  float agreed[2] = {static_cast<float>(restored_step),
+                     -static_cast<float>(restored_step)};
+  RETURN_IF_ERROR(
+      plan.ReduceOverAll(agreed, 2, "resume-step", comm::ReduceOp::kMin));
+  if (agreed[0] == -agreed[1]) return OkStatus();
+  return FailedPrecondition(
+      "hosts restored different checkpoint steps (" +
+      std::to_string(-agreed[1]) + " and " + std::to_string(agreed[0]) +
+      "); check that every host sees the same checkpoint directory " +
+      checkpoint_dir);
+}
 
 // "; the last good checkpoint is step 10" (after any save in flight).
 std::string LastGoodCheckpoint(const CheckpointManager& checkpoints) {
@@ -517,7 +365,9 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
   }
 
   const double flops_per_step = StepFlopsPerDevice(config);
-  Reporter reporter(options, flops_per_step, rt.env().attempt);
+  const double tokens_per_step =
+      static_cast<double>(global_rows) * config.max_target_length;
+  Reporter reporter(options, flops_per_step, tokens_per_step, rt.env().attempt);
   if (printer) {
     std::error_code ec;
     std::filesystem::create_directories(run_dir, ec);
@@ -560,137 +410,63 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
   const std::string val_file = options.dataset_dir + "/val.bin";
   const std::vector<uint8_t> decay_mask =
       model::gpt::WeightDecayMask(model_config);
-  const int data_size = [&] {
-    int d = 1;
-    for (size_t a = 0; a < rt.mesh().axis_names.size(); ++a) {
-      if (rt.mesh().axis_names[a] == "data") d = rt.mesh().shape[a];
-    }
-    return d;
-  }();
   ProcessState shared(local_count);
-  const double tokens_per_step =
-      static_cast<double>(global_rows) * config.max_target_length;
 
   auto train_on_device = [&](int local) -> Status {
     compute::SetSingleThreaded();
-    runtime::DeviceCollectives& coll = rt.collectives(local);
     const int device_id = rt.local_devices()[local];
-    ASSIGN_OR_RETURN(const runtime::AxisGroup* fsdp, coll.Group({"fsdp"}));
-    ASSIGN_OR_RETURN(const runtime::AxisGroup* data, coll.Group({"data"}));
-    const runtime::Axes kAll = {"data", "fsdp"};
-    const comm::Segment seg =
-        comm::PartitionSegment(static_cast<size_t>(N), fsdp->size, fsdp->rank);
-    const auto begin = static_cast<int64_t>(seg.offset);
-    const auto count = static_cast<int64_t>(seg.count);
-
-    // With one fsdp member the shard is the whole buffer: the weights are
-    // used in place and the gradient is reduced in place, without copies.
-    const bool sharded = fsdp->size > 1;
-    std::vector<float> full(sharded ? static_cast<size_t>(N) : 0);
-    std::vector<float> grads(static_cast<size_t>(N));
-    std::vector<float> shard(seg.count), adam_m(seg.count), adam_v(seg.count),
-        grad_shard(sharded ? seg.count : 0);
-    float* const weights = sharded ? full.data() : shard.data();
-    float* const gradient = sharded ? grad_shard.data() : grads.data();
+    const bool reporter_thread = printer && local == 0;
+    ASSIGN_OR_RETURN(ParallelPlan plan,
+                     ParallelPlan::Create(rt.collectives(local), N));
+    DeviceBuffers state = plan.Allocate();
+    const int64_t begin = plan.shard_begin(), count = plan.shard_count();
     if (restored) {
-      std::copy_n(restored->params.begin() + begin, count, shard.begin());
-      std::copy_n(restored->adam_m.begin() + begin, count, adam_m.begin());
-      std::copy_n(restored->adam_v.begin() + begin, count, adam_v.begin());
+      std::copy_n(restored->params.begin() + begin, count, state.shard.begin());
+      std::copy_n(restored->adam_m.begin() + begin, count,
+                  state.adam_m.begin());
+      std::copy_n(restored->adam_v.begin() + begin, count,
+                  state.adam_v.begin());
     } else {
-      model::gpt::InitParameters(model_config,
-                                 static_cast<uint64_t>(config.seed), weights);
-      if (sharded) std::copy_n(full.begin() + begin, count, shard.begin());
+      model::gpt::InitParameters(
+          model_config, static_cast<uint64_t>(config.seed), state.weights);
+      if (plan.sharded()) {
+        std::copy_n(state.full.begin() + begin, count, state.shard.begin());
+      }
     }
-
-    DataIteratorOptions data_options;
-    data_options.token_file = train_file;
-    data_options.global_rows = global_rows;
-    data_options.row_begin = device_id * config.per_device_batch_size;
-    data_options.rows = config.per_device_batch_size;
-    data_options.seq_len = config.max_target_length;
-    data_options.seed = static_cast<uint64_t>(config.seed);
     ASSIGN_OR_RETURN(DataIterator train_data,
-                     DataIterator::Create(data_options));
+                     OpenData(config, train_file, global_rows, device_id, 0));
     if (restored) RETURN_IF_ERROR(train_data.Restore(restored->iterator));
-    data_options.token_file = val_file;
-    data_options.seed = static_cast<uint64_t>(config.seed) + 1;
-    ASSIGN_OR_RETURN(DataIterator val_data, DataIterator::Create(data_options));
+    ASSIGN_OR_RETURN(DataIterator val_data,
+                     OpenData(config, val_file, global_rows, device_id, 1));
 
-    // In-memory recovery: when every shard has a data replica whose host
-    // memory holds a newer step than the checkpoint, the lowest such data
-    // rank broadcasts it over the data axis (DCN for a repaired slice).
     int64_t start_step = restored_step;
     bool from_replica = false;
     if (replicas) {
-      const std::string at = "." + std::to_string(begin);
-      const Blob* parts[3] = {nullptr, nullptr, nullptr};
-      float have = -1;
-      if (replica && replica->metadata.contains("iterator") &&
-          replica->metadata["iterator"].value("global_rows", 0) ==
-              global_rows) {
-        const char* names[3] = {"params", "adam_m", "adam_v"};
-        bool all = true;
-        for (int i = 0; i < 3; ++i) {
-          auto it = replica->blobs.find(names[i] + at);
-          all = all && it != replica->blobs.end() &&
-                it->second.data.size() ==
-                    static_cast<size_t>(count) * sizeof(float);
-          if (all) parts[i] = &it->second;
-        }
-        if (all) have = static_cast<float>(replica->step);
+      ASSIGN_OR_RETURN(ReplicaRestore r,
+                       RestoreFromReplicas(plan, replica ? &*replica : nullptr,
+                                           restored_step, global_rows, state));
+      if (r.step >= 0) {
+        start_step = r.step;
+        from_replica = true;
       }
-      float newest = have;
-      RETURN_IF_ERROR(coll.AllReduce(kAll, &newest, &newest, 1, DType::kF32,
-                                     comm::ReduceOp::kMax, "replica-step")
-                          .Wait());
-      if (newest > static_cast<float>(restored_step)) {
-        const bool mine = have == newest;
-        float covered = mine ? 1.0f : 0.0f;
-        RETURN_IF_ERROR(coll.AllReduce({"data"}, &covered, &covered, 1,
-                                       DType::kF32, comm::ReduceOp::kMax,
-                                       "replica-covered")
-                            .Wait());
-        RETURN_IF_ERROR(coll.AllReduce(kAll, &covered, &covered, 1, DType::kF32,
-                                       comm::ReduceOp::kMin, "replica-covered")
-                            .Wait());
-        if (covered == 1.0f) {
-          float root = mine ? static_cast<float>(data->rank) : 1e9f;
-          RETURN_IF_ERROR(coll.AllReduce({"data"}, &root, &root, 1, DType::kF32,
-                                         comm::ReduceOp::kMin, "replica-root")
-                              .Wait());
-          std::vector<float>* targets[3] = {&shard, &adam_m, &adam_v};
-          for (int i = 0; i < 3; ++i) {
-            if (mine) {
-              std::memcpy(targets[i]->data(), parts[i]->data.data(),
-                          parts[i]->data.size());
-            }
-            RETURN_IF_ERROR(coll.Broadcast({"data"}, static_cast<int>(root),
-                                           targets[i]->data(), seg.count,
-                                           DType::kF32, "replica-state")
-                                .Wait());
-          }
-          start_step = static_cast<int64_t>(newest);
-          from_replica = true;
-          if (printer && local == 0 && !options.quiet) {
-            std::printf(
-                "multislice train: restored step %lld from the in-memory "
-                "replica of data rank %d over the data axis (the newest "
-                "checkpoint is step %lld)\n",
-                static_cast<long long>(start_step), static_cast<int>(root),
-                static_cast<long long>(restored_step));
-            std::fflush(stdout);
-          }
-        } else if (printer && local == 0) {
-          std::fprintf(stderr,
-                       "multislice train: warning: an in-memory replica of "
-                       "step %lld does not cover every shard; restoring the "
-                       "checkpoint of step %lld\n",
-                       static_cast<long long>(newest),
-                       static_cast<long long>(restored_step));
-        }
+      if (reporter_thread && !options.quiet && r.step >= 0) {
+        std::printf(
+            "multislice train: restored step %lld from the in-memory "
+            "replica of data rank %d over the data axis (the newest "
+            "checkpoint is step %lld)\n",
+            static_cast<long long>(start_step), r.root,
+            static_cast<long long>(restored_step));
+        std::fflush(stdout);
+      } else if (reporter_thread && r.uncovered_step >= 0) {
+        std::fprintf(stderr,
+                     "multislice train: warning: an in-memory replica of "
+                     "step %lld does not cover every shard; restoring the "
+                     "checkpoint of step %lld\n",
+                     static_cast<long long>(r.uncovered_step),
+                     static_cast<long long>(restored_step));
       }
     }
-    if (printer && local == 0) {
+    if (reporter_thread) {
       reporter.LoadHistory(start_step);
       summary->restored_step =
           from_replica || restored ? start_step : int64_t{-1};
@@ -699,56 +475,30 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
       summary->first_step = start_step + 1;
       summary->last_step = start_step;
     }
-
-    const bool reporter_thread_for_cleanup =
-        printer && local == 0 && config.enable_checkpointing;
-    // Every device must agree on the step it resumes from.
-    {
-      float agreed[2] = {static_cast<float>(restored_step),
-                         -static_cast<float>(restored_step)};
-      RETURN_IF_ERROR(coll.AllReduce(kAll, agreed, agreed, 2, DType::kF32,
-                                     comm::ReduceOp::kMin, "resume-step")
-                          .Wait());
-      if (agreed[0] != -agreed[1]) {
-        return FailedPrecondition(
-            "hosts restored different checkpoint steps (" +
-            std::to_string(-agreed[1]) + " and " + std::to_string(agreed[0]) +
-            "); check that every host sees the same checkpoint directory " +
-            ckpt_options.directory);
-      }
-    }
-
+    RETURN_IF_ERROR(
+        AgreeOnRestoredStep(plan, restored_step, ckpt_options.directory));
     // Complete steps newer than the one restored failed to load: move them
     // aside, so that this run can save those steps again.
-    if (reporter_thread_for_cleanup) {
+    if (reporter_thread && config.enable_checkpointing) {
       MoveAsideUnreadableSteps(checkpoints, ckpt_options.directory, start_step,
                                rt.env().attempt);
     }
 
     model::gpt::GptModel gpt(model_config, matmul_type);
     const int B = config.per_device_batch_size, T = config.max_target_length;
-    const bool reporter_thread = printer && local == 0;
 
-    auto gather_weights = [&]() -> Status {
-      if (!sharded) return OkStatus();
-      return coll
-          .AllGather({"fsdp"}, shard.data(), full.data(),
-                     static_cast<size_t>(N), DType::kF32, "weights")
-          .Wait();
-    };
     auto evaluate = [&]() -> Result<double> {
-      RETURN_IF_ERROR(gather_weights());
+      RETURN_IF_ERROR(plan.GatherWeights(state));
       float sum = 0;
       for (int k = 0; k < config.eval_batches; ++k) {
         const Batch batch = val_data.At(k);
-        ASSIGN_OR_RETURN(float loss, gpt.Forward(weights, batch.inputs.data(),
-                                                 batch.targets.data(), B, T));
+        ASSIGN_OR_RETURN(float loss,
+                         gpt.Forward(state.weights, batch.inputs.data(),
+                                     batch.targets.data(), B, T));
         sum += loss;
       }
       float mean = sum / static_cast<float>(config.eval_batches * num_devices);
-      RETURN_IF_ERROR(coll.AllReduce(kAll, &mean, &mean, 1, DType::kF32,
-                                     comm::ReduceOp::kSum, "val-loss")
-                          .Wait());
+      RETURN_IF_ERROR(plan.ReduceOverAll(&mean, 1, "val-loss"));
       return static_cast<double>(mean);
     };
     // A save that fails, at once (sync) or later in the writer (async, see
@@ -756,9 +506,10 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
     // step. A process with a fault already abstains, so that the step is
     // not committed.
     auto save = [&](int64_t step) {
-      if (data->rank == 0) {
-        shared.shards[local] = StateShard{begin, shard.data(), adam_m.data(),
-                                          adam_v.data(), count};
+      if (plan.data_rank() == 0) {
+        shared.shards[local] =
+            StateShard{begin, state.shard.data(), state.adam_m.data(),
+                       state.adam_v.data(), count};
       }
       shared.barrier.arrive_and_wait();
       if (local == 0) {
@@ -790,7 +541,8 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
 
     auto save_replica = [&](int64_t step) {
       shared.shards[local] =
-          StateShard{begin, shard.data(), adam_m.data(), adam_v.data(), count};
+          StateShard{begin, state.shard.data(), state.adam_m.data(),
+                     state.adam_v.data(), count};
       shared.barrier.arrive_and_wait();
       if (local == 0) {
         std::vector<StateShard> all;
@@ -832,40 +584,8 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
       return StopStatus(shared.Fault(), step, checkpoints);
     };
 
-    // The backward pass and the sum of the gradient over data (and its
-    // reduce-scatter over fsdp). Unsharded, each bucket's all-reduce starts
-    // once the backward has finished its layers, so the DCN transfer of the
-    // last layers overlaps the backward of the first ones. Sharded, the
-    // reduce-scatter needs the whole gradient first (the shards are
-    // contiguous ranges of the flat buffer), so nothing overlaps yet.
-    auto reduce_gradients = [&]() -> Status {
-      if (!sharded && data->size == 1) {
-        return gpt.Backward(weights, grads.data());
-      }
-      if (!sharded) {
-        GradientBuckets buckets(coll, {"data"}, grads.data(),
-                                kGradientBucketElements);
-        RETURN_IF_ERROR(
-            gpt.Backward(weights, grads.data(),
-                         [&](int64_t o, int64_t c) { buckets.Ready(o, c); }));
-        return buckets.Finish();
-      }
-      RETURN_IF_ERROR(gpt.Backward(weights, grads.data()));  // writes all
-      runtime::CollectiveHandle scatter = coll.ReduceScatter(
-          {"fsdp"}, grads.data(), grad_shard.data(), static_cast<size_t>(N),
-          DType::kF32, comm::ReduceOp::kSum, "grads");
-      runtime::CollectiveHandle reduce =
-          coll.AllReduce({"data"}, gradient, gradient, seg.count, DType::kF32,
-                         comm::ReduceOp::kSum, "grads", scatter);
-      RETURN_IF_ERROR(scatter.Wait());
-      return reduce.Wait();
-    };
-
-    compute::AdamWOptions adam;
-    adam.beta1 = static_cast<float>(config.adam_b1);
-    adam.beta2 = static_cast<float>(config.adam_b2);
-    adam.eps = static_cast<float>(config.adam_eps);
-    adam.weight_decay = static_cast<float>(config.adam_weight_decay);
+    ShardOptimizer optimizer(config, model::gpt::WeightDecayMask(model_config),
+                             begin, num_devices);
     const float inv_devices = 1.0f / static_cast<float>(num_devices);
     const int64_t step_delay_ms = EnvInt("MULTISLICE_TEST_STEP_DELAY_MS");
 
@@ -873,32 +593,25 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
       const Clock::time_point step_start = Clock::now();
       if (local == 0) shared.step = step;
       const Batch batch = train_data.At(step - 1);
-      RETURN_IF_ERROR(gather_weights());
-      ASSIGN_OR_RETURN(float loss, gpt.Forward(weights, batch.inputs.data(),
-                                               batch.targets.data(), B, T));
-      RETURN_IF_ERROR(reduce_gradients());
+      RETURN_IF_ERROR(plan.GatherWeights(state));
+      ASSIGN_OR_RETURN(float loss,
+                       gpt.Forward(state.weights, batch.inputs.data(),
+                                   batch.targets.data(), B, T));
+      RETURN_IF_ERROR(plan.ReduceGradients(
+          [&](const model::gpt::GptModel::GradientReady& ready, float* grads) {
+            return gpt.Backward(state.weights, grads, ready);
+          },
+          state));
       // The mean loss and the squared norm of the summed gradient, in one
       // all-reduce (data replicas hold equal shards: each adds 1/data).
-      const double sumsq = compute::SumOfSquares(gradient, count);
+      const double sumsq = compute::SumOfSquares(state.gradient, count);
       float stats[3] = {loss * inv_devices,
-                        static_cast<float>(sumsq / data_size), fault_flag()};
-      RETURN_IF_ERROR(coll.AllReduce(kAll, stats, stats, 3, DType::kF32,
-                                     comm::ReduceOp::kSum, "loss-and-norm")
-                          .Wait());
+                        static_cast<float>(sumsq / plan.data_size()),
+                        fault_flag()};
+      RETURN_IF_ERROR(plan.ReduceOverAll(stats, 3, "loss-and-norm"));
       if (stats[2] > 0) return stop(step);
-      const double norm = std::sqrt(static_cast<double>(stats[1])) *
-                          static_cast<double>(inv_devices);
-      // The clipped mean gradient, scaled inside the AdamW pass.
-      adam.grad_scale =
-          model::ClipScale(
-              norm, static_cast<float>(config.gradient_clipping_threshold)) *
-          inv_devices;
-      const double lr = model::LearningRate(
-          step, config.steps, config.warmup_steps, config.learning_rate,
-          config.cosine_learning_rate_final_fraction);
-      adam.lr = static_cast<float>(lr);
-      compute::AdamWUpdate(shard.data(), gradient, adam_m.data(), adam_v.data(),
-                           count, adam, step, decay_mask.data() + begin);
+      const double norm = optimizer.MeanNorm(static_cast<double>(stats[1]));
+      const double lr = optimizer.Apply(step, norm, state);
       const double seconds = SecondsSince(step_start);
       RETURN_IF_ERROR(train_data.Restore([&] {
         IteratorState s = train_data.state();
@@ -916,8 +629,8 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
           summary->seconds_to_first_step = SecondsSince(start);
         }
         Status recorded =
-            reporter.Step(step, start_step + 1, stats[0], lr, norm, seconds,
-                          tokens_per_step, val_loss, summary);
+            reporter.Step({step, stats[0], lr, norm, seconds, val_loss},
+                          start_step + 1, summary);
         if (!recorded.ok()) shared.SetFault(recorded);
         if (val_loss) reporter.Plot();
       }

@@ -1,0 +1,34 @@
+// In-memory recovery at start-up: a repaired slice takes the newest step
+// from a healthy data replica's host memory instead of the checkpoint.
+//
+// Every device says which step its host's replica (if any) holds for its
+// shard; when the newest is newer than the checkpoint restored and every
+// shard has a data replica that holds it, the lowest such data rank
+// broadcasts its shard of the weights and moments over the data axis (DCN
+// for a repaired slice). Collective: every device of the job calls it.
+#pragma once
+
+#include <cstdint>
+
+#include "common/status.h"
+#include "train/checkpoint.h"
+#include "train/parallel_plan.h"
+
+namespace multislice::train {
+
+struct ReplicaRestore {
+  int64_t step = -1;  // the step restored, or -1 (the checkpoint's stays)
+  int root = -1;      // the data rank it came from
+  // A newer replica step that did not cover every shard, or -1.
+  int64_t uncovered_step = -1;
+};
+
+// replica: this host's replica (null: none); global_rows: this run's global
+// batch, which the replica's must equal. On a restore b's shard and moments
+// hold the replica's.
+Result<ReplicaRestore> RestoreFromReplicas(ParallelPlan& plan,
+                                           const RestoredState* replica,
+                                           int64_t restored_step,
+                                           int global_rows, DeviceBuffers& b);
+
+}  // namespace multislice::train

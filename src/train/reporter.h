@@ -1,0 +1,78 @@
+// What process 0 of a training job tells the user and writes to the run
+// directory: each step's line (or a progress bar on a terminal), the
+// metrics.jsonl records (with this start's resume index, metrics.h), the
+// loss plot (loss.svg, the earlier starts' points included) and the run's
+// TrainSummary. Used by device 0's thread only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "train/metrics.h"
+#include "train/trainer.h"
+
+namespace multislice::train {
+
+// One step's figures, as the loop measured them.
+struct StepRecord {
+  int64_t step = 0;
+  double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
+  std::optional<double> val_loss;
+};
+
+class Reporter {
+ public:
+  // flops_per_step: one device's, for TFLOP/s and MFU; attempt: the
+  // worker's restart attempt, recorded in every record.
+  Reporter(const TrainerOptions& options, double flops_per_step,
+           double tokens_per_step, int attempt);
+
+  // Opens metrics.jsonl; its earlier records give this start's resume
+  // index (metrics.h) and the plot's history.
+  Status Open(const std::string& run_dir);
+
+  // Earlier starts' points up to the step resumed from, each step's record
+  // that counts (metrics.h), so the plot shows the whole run, also when
+  // there is nothing left to train.
+  void LoadHistory(int64_t up_to_step);
+
+  // Records a step (metrics.jsonl, the plot's points, the summary) and
+  // prints its line; first_step is this start's first. A metrics record
+  // that could not be written is the error returned (the rest is done all
+  // the same).
+  Status Step(const StepRecord& r, int64_t first_step, TrainSummary* summary);
+
+  // Makes the records written so far durable (at checkpoints and at the
+  // end), so that a failed write-back is reported too.
+  Status SyncMetrics();
+
+  // Redraws loss.svg; a failure is a warning (the points are kept).
+  void Plot();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  void Print(const StepRecord& r, int64_t first_step, double tflops,
+             double mfu);
+
+  const TrainerOptions& options_;
+  const double flops_per_step_, tokens_per_step_;
+  const int attempt_;
+  int64_t resume_ = 0;
+  std::vector<nlohmann::json> history_;  // metrics.jsonl at Open
+  std::optional<MetricsWriter> metrics_;
+  std::string run_dir_;
+  std::vector<std::pair<double, double>> train_points_, val_points_;
+  Clock::time_point start_ = Clock::now();
+  Clock::time_point first_step_start_ = Clock::now();
+  Clock::time_point last_bar_{};
+  double later_seconds_ = 0, later_mfu_ = 0;
+  int64_t later_steps_ = 0;
+};
+
+}  // namespace multislice::train
