@@ -31,6 +31,7 @@
 #include "train/replica_restore.h"
 #include "train/reporter.h"
 #include "train/run_directory.h"
+#include "train/state_saver.h"
 #include "train/train_state.h"
 
 namespace multislice::train {
@@ -115,31 +116,6 @@ std::function<Status()> StoreBarrier(runtime::Runtime& rt) {
   };
 }
 
-// What the device threads of one process share.
-struct ProcessState {
-  explicit ProcessState(int local_count) : barrier(local_count) {
-    shards.resize(local_count);
-  }
-  std::barrier<> barrier;
-  std::vector<std::optional<StateShard>> shards;  // by local index
-  std::mutex mu;
-  // The first failure of this process that stops the job at the next step
-  // (see trainer.h), without the last good checkpoint, which is added when
-  // the run stops.
-  Status fault;
-  // The step device 0 is in, for the out-of-memory message.
-  std::atomic<int64_t> step{0};
-
-  void SetFault(const Status& s) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (fault.ok()) fault = s;
-  }
-  Status Fault() {
-    std::lock_guard<std::mutex> lock(mu);
-    return fault;
-  }
-};
-
 // A device's iterator over `file`: its per_device_batch_size rows of the
 // global batch (device id order), the run's seed plus seed_offset.
 Result<DataIterator> OpenData(const TrainConfig& config,
@@ -170,34 +146,15 @@ Status AgreeOnRestoredStep(ParallelPlan& plan, int64_t restored_step,
       checkpoint_dir);
 }
 
-// "; the last good checkpoint is step 10" (after any save in flight).
-std::string LastGoodCheckpoint(const CheckpointManager& checkpoints) {
-  Result<int64_t> step = checkpoints.LatestCompleteStep();
-  if (!step.ok()) return "; there is no complete checkpoint yet";
-  return "; the last good checkpoint is step " + std::to_string(*step);
-}
-
-// What a device thread returns when the job stops for a process's failure
-// found at step `step`: that failure with the last good checkpoint, or, in
-// the processes that did not fail, kAborted.
-Status StopStatus(const Status& fault, int64_t step,
-                  const CheckpointManager& checkpoints) {
-  if (!fault.ok()) {
-    return Internal(fault.message() + LastGoodCheckpoint(checkpoints));
-  }
-  return Aborted("stopped at step " + std::to_string(step) +
-                 ": another worker of the job failed (its message says why)");
-}
-
 // Runs a device thread's training, turning an allocation that fails into
 // one sentence about memory instead of std::terminate.
 Status CatchOutOfMemory(const std::function<Status()>& train,
-                        const ProcessState& shared,
+                        const std::atomic<int64_t>& current_step,
                         const TrainerOptions& options) {
   try {
     return train();
   } catch (const std::bad_alloc&) {
-    const int64_t step = shared.step.load();
+    const int64_t step = current_step.load();
     return Internal(
         "out of memory " +
         (step > 0 ? "at step " + std::to_string(step) : "before training") +
@@ -410,7 +367,24 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
   const std::string val_file = options.dataset_dir + "/val.bin";
   const std::vector<uint8_t> decay_mask =
       model::gpt::WeightDecayMask(model_config);
-  ProcessState shared(local_count);
+  // The step device 0 is in, for the out-of-memory message.
+  std::atomic<int64_t> current_step{0};
+  StateSaverOptions saver_options;
+  saver_options.checkpoints = &checkpoints;
+  saver_options.replicas = replicas.get();
+  saver_options.local_count = local_count;
+  saver_options.model = model_config;
+  saver_options.axis_names = rt.mesh().axis_names;
+  saver_options.mesh_shape = rt.mesh().shape;
+  saver_options.num_slices = rt.env().num_slices;
+  saver_options.row_begin =
+      rt.local_devices()[0] * config.per_device_batch_size;
+  saver_options.rows = local_count * config.per_device_batch_size;
+  if (printer) {
+    // The metrics up to a step durable before the step commits.
+    saver_options.before_checkpoint = [&] { return reporter.SyncMetrics(); };
+  }
+  StateSaver saver(std::move(saver_options));
 
   auto train_on_device = [&](int local) -> Status {
     compute::SetSingleThreaded();
@@ -501,89 +475,8 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
       RETURN_IF_ERROR(plan.ReduceOverAll(&mean, 1, "val-loss"));
       return static_cast<double>(mean);
     };
-    // A save that fails, at once (sync) or later in the writer (async, see
-    // the poll below), is this process's fault: the job stops at the next
-    // step. A process with a fault already abstains, so that the step is
-    // not committed.
-    auto save = [&](int64_t step) {
-      if (plan.data_rank() == 0) {
-        shared.shards[local] =
-            StateShard{begin, state.shard.data(), state.adam_m.data(),
-                       state.adam_v.data(), count};
-      }
-      shared.barrier.arrive_and_wait();
-      if (local == 0) {
-        std::vector<StateShard> mine;
-        for (auto& s : shared.shards) {
-          if (s) mine.push_back(*s);
-          s.reset();
-        }
-        IteratorState iterator = train_data.state();
-        iterator.row_begin = rt.local_devices()[0] * B;
-        iterator.rows = local_count * B;
-        // The metrics up to this step durable before the step commits.
-        if (reporter_thread && shared.Fault().ok()) {
-          if (Status s = reporter.SyncMetrics(); !s.ok()) shared.SetFault(s);
-        }
-        const Status fault = shared.Fault();
-        Status s =
-            fault.ok()
-                ? checkpoints.Save(
-                      step, ShardBlobs(mine),
-                      StateMetadata(step, model_config, rt.mesh().axis_names,
-                                    rt.mesh().shape, rt.env().num_slices, mine,
-                                    iterator))
-                : checkpoints.Abstain(step, fault);
-        if (!s.ok()) shared.SetFault(s);
-      }
-      shared.barrier.arrive_and_wait();  // the copy is done: go on training
-    };
-
-    auto save_replica = [&](int64_t step) {
-      shared.shards[local] =
-          StateShard{begin, state.shard.data(), state.adam_m.data(),
-                     state.adam_v.data(), count};
-      shared.barrier.arrive_and_wait();
-      if (local == 0) {
-        std::vector<StateShard> all;
-        for (auto& s : shared.shards) {
-          all.push_back(*s);
-          s.reset();
-        }
-        IteratorState iterator = train_data.state();
-        iterator.row_begin = rt.local_devices()[0] * B;
-        iterator.rows = local_count * B;
-        Status s = replicas->Save(
-            step, ShardBlobs(all),
-            StateMetadata(step, model_config, rt.mesh().axis_names,
-                          rt.mesh().shape, rt.env().num_slices, all, iterator));
-        if (!s.ok()) shared.SetFault(s.WithContext("in-memory replica"));
-      }
-      shared.barrier.arrive_and_wait();
-    };
-
-    // Device 0's share of the step's failure flag: a background save that
-    // has failed since the last step, or any other fault of this process.
-    auto fault_flag = [&]() -> float {
-      if (local != 0) return 0.0f;
-      if (Status s = checkpoints.Poll(); !s.ok()) shared.SetFault(s);
-      if (replicas) {
-        if (Status s = replicas->Poll(); !s.ok()) {
-          shared.SetFault(s.WithContext("in-memory replica"));
-        }
-      }
-      return shared.Fault().ok() ? 0.0f : 1.0f;
-    };
-    // Every device of the job gets here at the same step (the flag is in
-    // the step's all-reduce); a save still in flight may finish first.
-    auto stop = [&](int64_t step) -> Status {
-      if (local == 0) {
-        if (Status s = checkpoints.Wait(); !s.ok()) shared.SetFault(s);
-      }
-      shared.barrier.arrive_and_wait();
-      return StopStatus(shared.Fault(), step, checkpoints);
-    };
-
+    const StateShard my_shard{begin, state.shard.data(), state.adam_m.data(),
+                              state.adam_v.data(), count};
     ShardOptimizer optimizer(config, model::gpt::WeightDecayMask(model_config),
                              begin, num_devices);
     const float inv_devices = 1.0f / static_cast<float>(num_devices);
@@ -591,7 +484,7 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
 
     for (int64_t step = start_step + 1; step <= config.steps; ++step) {
       const Clock::time_point step_start = Clock::now();
-      if (local == 0) shared.step = step;
+      if (local == 0) current_step = step;
       const Batch batch = train_data.At(step - 1);
       RETURN_IF_ERROR(plan.GatherWeights(state));
       ASSIGN_OR_RETURN(float loss,
@@ -607,9 +500,9 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
       const double sumsq = compute::SumOfSquares(state.gradient, count);
       float stats[3] = {loss * inv_devices,
                         static_cast<float>(sumsq / plan.data_size()),
-                        fault_flag()};
+                        saver.FaultFlag(local)};
       RETURN_IF_ERROR(plan.ReduceOverAll(stats, 3, "loss-and-norm"));
-      if (stats[2] > 0) return stop(step);
+      if (stats[2] > 0) return saver.Stop(local, step);
       const double norm = optimizer.MeanNorm(static_cast<double>(stats[1]));
       const double lr = optimizer.Apply(step, norm, state);
       const double seconds = SecondsSince(step_start);
@@ -631,29 +524,23 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
         Status recorded =
             reporter.Step({step, stats[0], lr, norm, seconds, val_loss},
                           start_step + 1, summary);
-        if (!recorded.ok()) shared.SetFault(recorded);
+        if (!recorded.ok()) saver.SetFault(recorded);
         if (val_loss) reporter.Plot();
       }
       if (replicas && step % config.in_memory_replica_period == 0) {
-        save_replica(step);
+        saver.SaveReplica(local, step, my_shard, train_data.state());
       }
       if (config.enable_checkpointing &&
           (step % config.checkpoint_period == 0 || step == config.steps)) {
-        save(step);
+        saver.SaveCheckpoint(local, step, plan.data_rank() == 0, my_shard,
+                             train_data.state());
       }
       if (step_delay_ms > 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
       }
     }
+    RETURN_IF_ERROR(saver.Finish(local, config.steps));
     if (local == 0) {
-      // The last step's failures have no next step to stop at.
-      if (Status s = checkpoints.Wait(); !s.ok()) shared.SetFault(s);
-      if (reporter_thread && shared.Fault().ok()) {
-        if (Status s = reporter.SyncMetrics(); !s.ok()) shared.SetFault(s);
-      }
-      if (Status fault = shared.Fault(); !fault.ok()) {
-        return StopStatus(fault, config.steps, checkpoints);
-      }
       if (replicas) {
         // The run is complete and checkpointed: free the host memory.
         (void)replicas->Wait();
@@ -670,8 +557,8 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
     return OkStatus();
   };
   return rt.RunOnDevices([&](int local) {
-    return CatchOutOfMemory([&] { return train_on_device(local); }, shared,
-                            options);
+    return CatchOutOfMemory([&] { return train_on_device(local); },
+                            current_step, options);
   });
 }
 

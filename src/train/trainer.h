@@ -1,5 +1,11 @@
 // The training loop of `multislice train`: the GPT-2 model of model/gpt.h
 // trained on every device of the job's mesh, with FSDP and data parallelism.
+// The loop calls its parts, each in its own file with its own test:
+// parallel_plan.h (a device's shard and a step's collectives, with
+// gradient_buckets.h), optimizer.h (the clipped AdamW step on the shard),
+// state_saver.h (checkpoints and in-memory replicas from the device threads,
+// and the failures that stop the job), replica_restore.h (in-memory recovery
+// at start-up), reporter.h (lines, metrics.jsonl, the plot).
 //
 // Sharding (ZeRO-3 style, on the flat parameter buffer): fsdp rank r of f
 // owns comm::PartitionSegment(N, f, r) of the f32 master weights and of the
