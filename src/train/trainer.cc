@@ -225,341 +225,439 @@ double StepFlopsPerDevice(const TrainConfig& c) {
   return tokens * (6 * matmul_params + 12 * L * T * C);
 }
 
-Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
-                  TrainSummary* summary) {
-  const Clock::time_point start = Clock::now();
-  const TrainConfig& config = options.config;
-  const model::gpt::GptConfig model_config = GptConfigOf(config);
-  RETURN_IF_ERROR(model::gpt::ValidateConfig(model_config));
-  const int64_t N = model::gpt::NumParameters(model_config);
-  const int num_devices = static_cast<int>(rt.devices().size());
-  const int local_count = static_cast<int>(rt.local_devices().size());
-  const int global_rows = config.per_device_batch_size * num_devices;
-  const bool printer = rt.process_index() == 0;
-  const std::string run_dir = RunDirectory(config);
-  const DType matmul_type = MatmulDType(config);
+namespace {
 
-  for (size_t a = 0; a < rt.mesh().axis_names.size(); ++a) {
-    if (rt.mesh().axis_names[a] == "tensor" && rt.mesh().shape[a] != 1) {
+// One process's training: the set-up every device thread shares, then the
+// loop on each device.
+class Trainer {
+ public:
+  Trainer(runtime::Runtime& rt, const TrainerOptions& options,
+          TrainSummary* summary);
+
+  Status Run();
+
+ private:
+  // A device's part of the run.
+  struct Device {
+    int local;
+    bool reporter_thread;  // process 0's device 0
+    ParallelPlan plan;
+    DeviceBuffers state;
+    DataIterator train_data, val_data;
+    model::gpt::GptModel gpt;
+    ShardOptimizer optimizer;
+    int64_t start_step;
+    StateShard shard() const {
+      return {plan.shard_begin(), state.shard.data(), state.adam_m.data(),
+              state.adam_v.data(), plan.shard_count()};
+    }
+  };
+  struct StepResult {
+    bool stop = false;  // a process of the job has failed
+    StepRecord record;
+  };
+
+  Status RestoreCheckpoint();
+  void OpenReplicas();
+  Status StartRunDirectory();
+  StateSaverOptions SaverOptions();
+  Status TrainOnDevice(int local);
+  Result<std::unique_ptr<Device>> StartDevice(int local);
+  Status RestoreReplica(Device& d);
+  Result<StepResult> TrainStep(Device& d, int64_t step);
+  Result<double> Evaluate(Device& d);
+  void Report(Device& d, StepRecord& r);
+  void FreeReplicas();
+
+  runtime::Runtime& rt_;
+  const TrainerOptions& options_;
+  const TrainConfig& config_;
+  TrainSummary* const summary_;
+  const Clock::time_point start_ = Clock::now();
+  const model::gpt::GptConfig model_;
+  int64_t num_parameters_ = 0;  // once the model is validated
+  const int num_devices_, global_rows_;
+  const bool printer_;  // process 0
+  CheckpointOptions ckpt_options_;
+  std::unique_ptr<CheckpointManager> checkpoints_, replicas_;
+  std::optional<FullState> restored_;
+  int64_t restored_step_ = 0;
+  std::optional<RestoredState> replica_;  // this host's, when newer
+  std::unique_ptr<Reporter> reporter_;
+  std::unique_ptr<StateSaver> saver_;
+  std::atomic<int64_t> current_step_{0};  // device 0's, for out-of-memory
+};
+
+Trainer::Trainer(runtime::Runtime& rt, const TrainerOptions& options,
+                 TrainSummary* summary)
+    : rt_(rt),
+      options_(options),
+      config_(options.config),
+      summary_(summary),
+      model_(GptConfigOf(options.config)),
+      num_devices_(static_cast<int>(rt.devices().size())),
+      global_rows_(options.config.per_device_batch_size * num_devices_),
+      printer_(rt.process_index() == 0) {}
+
+Status Trainer::Run() {
+  RETURN_IF_ERROR(model::gpt::ValidateConfig(model_));
+  num_parameters_ = model::gpt::NumParameters(model_);
+  for (size_t a = 0; a < rt_.mesh().axis_names.size(); ++a) {
+    if (rt_.mesh().axis_names[a] == "tensor" && rt_.mesh().shape[a] != 1) {
       return InvalidArgument(
-          "tensor parallelism " + std::to_string(rt.mesh().shape[a]) +
+          "tensor parallelism " + std::to_string(rt_.mesh().shape[a]) +
           ": multislice train shards with data and fsdp only; set "
           "ici_tensor_parallelism and dcn_tensor_parallelism to 1");
     }
   }
+  RETURN_IF_ERROR(RestoreCheckpoint());
+  OpenReplicas();
+  reporter_ = std::make_unique<Reporter>(
+      options_, StepFlopsPerDevice(config_),
+      static_cast<double>(global_rows_) * config_.max_target_length,
+      rt_.env().attempt);
+  if (printer_) RETURN_IF_ERROR(StartRunDirectory());
+  saver_ = std::make_unique<StateSaver>(SaverOptions());
+  return rt_.RunOnDevices([&](int local) {
+    return CatchOutOfMemory([&] { return TrainOnDevice(local); }, current_step_,
+                            options_);
+  });
+}
 
-  // Checkpoints: restore the newest readable step, if any.
-  CheckpointOptions ckpt_options;
-  ckpt_options.directory = CheckpointDirectory(config);
-  ckpt_options.host = rt.process_index();
-  ckpt_options.host_count = rt.process_count();
-  ckpt_options.max_to_keep = config.max_num_checkpoints_to_keep;
-  ckpt_options.async = config.async_checkpointing;
-  ckpt_options.barrier = StoreBarrier(rt);
-  CheckpointManager checkpoints(ckpt_options);
-  std::optional<FullState> restored;
-  if (config.enable_checkpointing) {
-    std::vector<std::string> warnings;
-    Result<FullState> state = LoadLatestFullState(checkpoints, &warnings);
-    if (printer) {
-      for (const std::string& w : warnings) {
-        std::fprintf(stderr, "multislice train: warning: %s\n", w.c_str());
-      }
+// The loop of one device thread.
+Status Trainer::TrainOnDevice(int local) {
+  compute::SetSingleThreaded();
+  ASSIGN_OR_RETURN(std::unique_ptr<Device> d, StartDevice(local));
+  const int64_t step_delay_ms = EnvInt("MULTISLICE_TEST_STEP_DELAY_MS");
+  for (int64_t step = d->start_step + 1; step <= config_.steps; ++step) {
+    if (local == 0) current_step_ = step;
+    ASSIGN_OR_RETURN(StepResult r, TrainStep(*d, step));
+    if (r.stop) return saver_->Stop(local, step);
+    if (config_.eval_interval > 0 &&
+        (step % config_.eval_interval == 0 || step == config_.steps)) {
+      ASSIGN_OR_RETURN(r.record.val_loss, Evaluate(*d));
     }
-    if (state.ok()) {
-      if (!SameModel(state->model, model_config)) {
-        return InvalidArgument(
-            "the checkpoint in " + ckpt_options.directory +
-            " holds another model size (emb_dim " +
-            std::to_string(state->model.emb_dim) + ", layers " +
-            std::to_string(state->model.num_layers) + ", max_seq_len " +
-            std::to_string(state->model.max_seq_len) +
-            ") than this config; use another run_name");
-      }
-      if (state->iterator.global_rows != global_rows) {
-        return InvalidArgument(
-            "the checkpoint was saved with a global batch of " +
-            std::to_string(state->iterator.global_rows) +
-            " rows and this mesh has " + std::to_string(global_rows) +
-            " (per_device_batch_size " +
-            std::to_string(config.per_device_batch_size) + " x " +
-            std::to_string(num_devices) +
-            " devices); choose per_device_batch_size so that they match");
-      }
-      restored = std::move(*state);
-    } else if (state.status().code() != StatusCode::kNotFound) {
-      return state.status();
+    if (d->reporter_thread) Report(*d, r.record);
+    if (replicas_ && step % config_.in_memory_replica_period == 0) {
+      saver_->SaveReplica(local, step, d->shard(), d->train_data.state());
+    }
+    if (config_.enable_checkpointing &&
+        (step % config_.checkpoint_period == 0 || step == config_.steps)) {
+      saver_->SaveCheckpoint(local, step, d->plan.data_rank() == 0, d->shard(),
+                             d->train_data.state());
+    }
+    if (step_delay_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
     }
   }
-  const int64_t restored_step = restored ? restored->step : 0;
-  if (restored_step > config.steps) {
-    return InvalidArgument("the checkpoint is at step " +
-                           std::to_string(restored_step) +
-                           ", beyond steps=" + std::to_string(config.steps));
-  }
+  RETURN_IF_ERROR(saver_->Finish(local, config_.steps));
+  if (local == 0) FreeReplicas();
+  if (d->reporter_thread) reporter_->Plot();
+  return OkStatus();
+}
 
-  // In-memory recovery: this host's replica, when newer than the checkpoint.
-  std::unique_ptr<CheckpointManager> replicas;
-  std::optional<RestoredState> replica;
-  if (config.enable_in_memory_recovery) {
-    CheckpointOptions replica_options;
-    replica_options.directory = ReplicaDirectory(config, rt.env());
-    replica_options.max_to_keep = 1;
-    replica_options.async = true;
-    replicas = std::make_unique<CheckpointManager>(replica_options);
-    Result<int64_t> latest = replicas->LatestCompleteStep();
-    if (latest.ok() && *latest > restored_step && *latest <= config.steps) {
-      Result<RestoredState> state = replicas->Restore(*latest, 0);
-      if (state.ok()) {
-        replica = std::move(*state);
-      } else {
-        std::fprintf(stderr,
-                     "multislice train: warning: ignoring the in-memory "
-                     "replica: %s\n",
-                     state.status().message().c_str());
-      }
+// Gather, forward, backward with the gradient reduced, the loss and the
+// norm (with the job's failure flag) over every device, the optimizer.
+Result<Trainer::StepResult> Trainer::TrainStep(Device& d, int64_t step) {
+  const Clock::time_point step_start = Clock::now();
+  const Batch batch = d.train_data.At(step - 1);
+  RETURN_IF_ERROR(d.plan.GatherWeights(d.state));
+  ASSIGN_OR_RETURN(
+      float loss,
+      d.gpt.Forward(d.state.weights, batch.inputs.data(), batch.targets.data(),
+                    config_.per_device_batch_size, config_.max_target_length));
+  RETURN_IF_ERROR(d.plan.ReduceGradients(
+      [&](const model::gpt::GptModel::GradientReady& ready, float* grads) {
+        return d.gpt.Backward(d.state.weights, grads, ready);
+      },
+      d.state));
+  // The mean loss and the squared norm of the summed gradient, in one
+  // all-reduce (data replicas hold equal shards: each adds 1/data).
+  const double sumsq =
+      compute::SumOfSquares(d.state.gradient, d.plan.shard_count());
+  float stats[3] = {loss * (1.0f / static_cast<float>(num_devices_)),
+                    static_cast<float>(sumsq / d.plan.data_size()),
+                    saver_->FaultFlag(d.local)};
+  RETURN_IF_ERROR(d.plan.ReduceOverAll(stats, 3, "loss-and-norm"));
+  StepResult r;
+  if (stats[2] > 0) {
+    r.stop = true;
+    return r;
+  }
+  r.record.step = step;
+  r.record.loss = stats[0];
+  r.record.grad_norm = d.optimizer.MeanNorm(static_cast<double>(stats[1]));
+  r.record.lr = d.optimizer.Apply(step, r.record.grad_norm, d.state);
+  r.record.seconds = SecondsSince(step_start);
+  IteratorState next = d.train_data.state();
+  next.step = step;
+  RETURN_IF_ERROR(d.train_data.Restore(next));
+  return r;
+}
+
+// The mean validation loss over eval_batches batches of every device.
+Result<double> Trainer::Evaluate(Device& d) {
+  RETURN_IF_ERROR(d.plan.GatherWeights(d.state));
+  float sum = 0;
+  for (int k = 0; k < config_.eval_batches; ++k) {
+    const Batch batch = d.val_data.At(k);
+    ASSIGN_OR_RETURN(
+        float loss,
+        d.gpt.Forward(d.state.weights, batch.inputs.data(),
+                      batch.targets.data(), config_.per_device_batch_size,
+                      config_.max_target_length));
+    sum += loss;
+  }
+  float mean = sum / static_cast<float>(config_.eval_batches * num_devices_);
+  RETURN_IF_ERROR(d.plan.ReduceOverAll(&mean, 1, "val-loss"));
+  return static_cast<double>(mean);
+}
+
+void Trainer::Report(Device& d, StepRecord& r) {
+  if (r.step == d.start_step + 1) {
+    summary_->seconds_to_first_step = SecondsSince(start_);
+  }
+  Status recorded = reporter_->Step(r, d.start_step + 1, summary_);
+  if (!recorded.ok()) saver_->SetFault(recorded);
+  if (r.val_loss) reporter_->Plot();
+}
+
+// The device's plan, state (restored, from a replica, or initialised),
+// data and model; the step every device resumes after.
+Result<std::unique_ptr<Trainer::Device>> Trainer::StartDevice(int local) {
+  const int device_id = rt_.local_devices()[local];
+  ASSIGN_OR_RETURN(
+      ParallelPlan plan,
+      ParallelPlan::Create(rt_.collectives(local), num_parameters_));
+  DeviceBuffers state = plan.Allocate();
+  const int64_t begin = plan.shard_begin(), count = plan.shard_count();
+  if (restored_) {
+    std::copy_n(restored_->params.begin() + begin, count, state.shard.begin());
+    std::copy_n(restored_->adam_m.begin() + begin, count, state.adam_m.begin());
+    std::copy_n(restored_->adam_v.begin() + begin, count, state.adam_v.begin());
+  } else {
+    model::gpt::InitParameters(model_, static_cast<uint64_t>(config_.seed),
+                               state.weights);
+    if (plan.sharded()) {
+      std::copy_n(state.full.begin() + begin, count, state.shard.begin());
     }
   }
+  ASSIGN_OR_RETURN(DataIterator train_data,
+                   OpenData(config_, options_.dataset_dir + "/train.bin",
+                            global_rows_, device_id, 0));
+  if (restored_) RETURN_IF_ERROR(train_data.Restore(restored_->iterator));
+  ASSIGN_OR_RETURN(DataIterator val_data,
+                   OpenData(config_, options_.dataset_dir + "/val.bin",
+                            global_rows_, device_id, 1));
+  std::unique_ptr<Device> d(
+      new Device{local, printer_ && local == 0, std::move(plan),
+                 std::move(state), std::move(train_data), std::move(val_data),
+                 model::gpt::GptModel(model_, MatmulDType(config_)),
+                 ShardOptimizer(config_, model::gpt::WeightDecayMask(model_),
+                                begin, num_devices_),
+                 restored_step_});
+  RETURN_IF_ERROR(RestoreReplica(*d));
+  if (d->reporter_thread) {
+    reporter_->LoadHistory(d->start_step);
+    summary_->first_step = d->start_step + 1;
+    summary_->last_step = d->start_step;
+  }
+  RETURN_IF_ERROR(
+      AgreeOnRestoredStep(d->plan, restored_step_, ckpt_options_.directory));
+  // Complete steps newer than the one restored failed to load: move them
+  // aside, so that this run can save those steps again.
+  if (d->reporter_thread && config_.enable_checkpointing) {
+    MoveAsideUnreadableSteps(*checkpoints_, ckpt_options_.directory,
+                             d->start_step, rt_.env().attempt);
+  }
+  return d;
+}
 
-  const double flops_per_step = StepFlopsPerDevice(config);
-  const double tokens_per_step =
-      static_cast<double>(global_rows) * config.max_target_length;
-  Reporter reporter(options, flops_per_step, tokens_per_step, rt.env().attempt);
-  if (printer) {
-    std::error_code ec;
-    std::filesystem::create_directories(run_dir, ec);
-    if (ec) {
-      return Internal(run_dir +
-                      ": cannot create the run directory: " + ec.message());
-    }
-    if (restored) WarnOfScheduleChange(run_dir, config, restored_step);
-    RETURN_IF_ERROR(WriteFileAtomically(run_dir + "/config.json",
-                                        ToJson(config).dump(2) + "\n")
-                        .WithContext("cannot write the run's config"));
-    RETURN_IF_ERROR(reporter.Open(run_dir));
-    if (!options.quiet) {
+// In-memory recovery of a newer step than the checkpoint's, with its line.
+Status Trainer::RestoreReplica(Device& d) {
+  if (d.reporter_thread) {
+    summary_->restored_step = restored_ ? restored_step_ : int64_t{-1};
+    summary_->restored_from = restored_ ? "checkpoint" : "none";
+  }
+  if (!replicas_) return OkStatus();
+  ASSIGN_OR_RETURN(ReplicaRestore r,
+                   RestoreFromReplicas(d.plan, replica_ ? &*replica_ : nullptr,
+                                       restored_step_, global_rows_, d.state));
+  if (r.step >= 0) d.start_step = r.step;
+  if (!d.reporter_thread) return OkStatus();
+  if (r.step >= 0) {
+    summary_->restored_step = r.step;
+    summary_->restored_from = "replica";
+    if (!options_.quiet) {
       std::printf(
-          "multislice train: %s, %lld parameters, mesh %s, %d device(s), "
-          "global batch %d x %d tokens, %s\n",
-          run_dir.c_str(), static_cast<long long>(N),
-          MeshText(rt.mesh()).c_str(), num_devices, global_rows,
-          config.max_target_length,
-          options.platform.empty() ? (config.dtype + " matmuls").c_str()
-                                   : options.platform.c_str());
-      for (const std::string& note : options.notes) {
-        std::printf("multislice train: %s\n", note.c_str());
-      }
-      if (restored) {
-        std::printf(
-            "multislice train: resumed from checkpoint step %lld "
-            "(saved with mesh shape %s on %d slice(s))\n",
-            static_cast<long long>(restored_step),
-            restored->saved_mesh.contains("shape")
-                ? restored->saved_mesh["shape"].dump().c_str()
-                : "?",
-            restored->saved_mesh.value("num_slices", 0));
-      }
+          "multislice train: restored step %lld from the in-memory replica "
+          "of data rank %d over the data axis (the newest checkpoint is step "
+          "%lld)\n",
+          static_cast<long long>(r.step), r.root,
+          static_cast<long long>(restored_step_));
       std::fflush(stdout);
     }
+  } else if (r.uncovered_step >= 0) {
+    std::fprintf(stderr,
+                 "multislice train: warning: an in-memory replica of step "
+                 "%lld does not cover every shard; restoring the checkpoint "
+                 "of step %lld\n",
+                 static_cast<long long>(r.uncovered_step),
+                 static_cast<long long>(restored_step_));
   }
+  return OkStatus();
+}
 
-  const std::string train_file = options.dataset_dir + "/train.bin";
-  const std::string val_file = options.dataset_dir + "/val.bin";
-  const std::vector<uint8_t> decay_mask =
-      model::gpt::WeightDecayMask(model_config);
-  // The step device 0 is in, for the out-of-memory message.
-  std::atomic<int64_t> current_step{0};
-  StateSaverOptions saver_options;
-  saver_options.checkpoints = &checkpoints;
-  saver_options.replicas = replicas.get();
-  saver_options.local_count = local_count;
-  saver_options.model = model_config;
-  saver_options.axis_names = rt.mesh().axis_names;
-  saver_options.mesh_shape = rt.mesh().shape;
-  saver_options.num_slices = rt.env().num_slices;
-  saver_options.row_begin =
-      rt.local_devices()[0] * config.per_device_batch_size;
-  saver_options.rows = local_count * config.per_device_batch_size;
-  if (printer) {
+// The newest readable checkpoint, if any, checked against this run.
+Status Trainer::RestoreCheckpoint() {
+  ckpt_options_.directory = CheckpointDirectory(config_);
+  ckpt_options_.host = rt_.process_index();
+  ckpt_options_.host_count = rt_.process_count();
+  ckpt_options_.max_to_keep = config_.max_num_checkpoints_to_keep;
+  ckpt_options_.async = config_.async_checkpointing;
+  ckpt_options_.barrier = StoreBarrier(rt_);
+  checkpoints_ = std::make_unique<CheckpointManager>(ckpt_options_);
+  if (!config_.enable_checkpointing) return OkStatus();
+  std::vector<std::string> warnings;
+  Result<FullState> state = LoadLatestFullState(*checkpoints_, &warnings);
+  if (printer_) {
+    for (const std::string& w : warnings) {
+      std::fprintf(stderr, "multislice train: warning: %s\n", w.c_str());
+    }
+  }
+  if (!state.ok()) {
+    return state.status().code() == StatusCode::kNotFound ? OkStatus()
+                                                          : state.status();
+  }
+  if (!SameModel(state->model, model_)) {
+    return InvalidArgument("the checkpoint in " + ckpt_options_.directory +
+                           " holds another model size (emb_dim " +
+                           std::to_string(state->model.emb_dim) + ", layers " +
+                           std::to_string(state->model.num_layers) +
+                           ", max_seq_len " +
+                           std::to_string(state->model.max_seq_len) +
+                           ") than this config; use another run_name");
+  }
+  if (state->iterator.global_rows != global_rows_) {
+    return InvalidArgument(
+        "the checkpoint was saved with a global batch of " +
+        std::to_string(state->iterator.global_rows) +
+        " rows and this mesh has " + std::to_string(global_rows_) +
+        " (per_device_batch_size " +
+        std::to_string(config_.per_device_batch_size) + " x " +
+        std::to_string(num_devices_) +
+        " devices); choose per_device_batch_size so that they match");
+  }
+  if (state->step > config_.steps) {
+    return InvalidArgument("the checkpoint is at step " +
+                           std::to_string(state->step) +
+                           ", beyond steps=" + std::to_string(config_.steps));
+  }
+  restored_step_ = state->step;
+  restored_ = std::move(*state);
+  return OkStatus();
+}
+
+// In-memory recovery: this host's replica, when newer than the checkpoint.
+void Trainer::OpenReplicas() {
+  if (!config_.enable_in_memory_recovery) return;
+  CheckpointOptions replica_options;
+  replica_options.directory = ReplicaDirectory(config_, rt_.env());
+  replica_options.max_to_keep = 1;
+  replica_options.async = true;
+  replicas_ = std::make_unique<CheckpointManager>(replica_options);
+  Result<int64_t> latest = replicas_->LatestCompleteStep();
+  if (!latest.ok() || *latest <= restored_step_ || *latest > config_.steps) {
+    return;
+  }
+  Result<RestoredState> state = replicas_->Restore(*latest, 0);
+  if (state.ok()) {
+    replica_ = std::move(*state);
+  } else {
+    std::fprintf(stderr,
+                 "multislice train: warning: ignoring the in-memory replica: "
+                 "%s\n",
+                 state.status().message().c_str());
+  }
+}
+
+// Process 0: the run directory, its config.json and metrics, the first
+// lines.
+Status Trainer::StartRunDirectory() {
+  const std::string run_dir = RunDirectory(config_);
+  std::error_code ec;
+  std::filesystem::create_directories(run_dir, ec);
+  if (ec) {
+    return Internal(run_dir +
+                    ": cannot create the run directory: " + ec.message());
+  }
+  if (restored_) WarnOfScheduleChange(run_dir, config_, restored_step_);
+  RETURN_IF_ERROR(WriteFileAtomically(run_dir + "/config.json",
+                                      ToJson(config_).dump(2) + "\n")
+                      .WithContext("cannot write the run's config"));
+  RETURN_IF_ERROR(reporter_->Open(run_dir));
+  if (options_.quiet) return OkStatus();
+  std::printf(
+      "multislice train: %s, %lld parameters, mesh %s, %d device(s), "
+      "global batch %d x %d tokens, %s\n",
+      run_dir.c_str(), static_cast<long long>(num_parameters_),
+      MeshText(rt_.mesh()).c_str(), num_devices_, global_rows_,
+      config_.max_target_length,
+      options_.platform.empty() ? (config_.dtype + " matmuls").c_str()
+                                : options_.platform.c_str());
+  for (const std::string& note : options_.notes) {
+    std::printf("multislice train: %s\n", note.c_str());
+  }
+  if (restored_) {
+    std::printf(
+        "multislice train: resumed from checkpoint step %lld (saved with "
+        "mesh shape %s on %d slice(s))\n",
+        static_cast<long long>(restored_step_),
+        restored_->saved_mesh.contains("shape")
+            ? restored_->saved_mesh["shape"].dump().c_str()
+            : "?",
+        restored_->saved_mesh.value("num_slices", 0));
+  }
+  std::fflush(stdout);
+  return OkStatus();
+}
+
+StateSaverOptions Trainer::SaverOptions() {
+  StateSaverOptions o;
+  o.checkpoints = checkpoints_.get();
+  o.replicas = replicas_.get();
+  o.local_count = static_cast<int>(rt_.local_devices().size());
+  o.model = model_;
+  o.axis_names = rt_.mesh().axis_names;
+  o.mesh_shape = rt_.mesh().shape;
+  o.num_slices = rt_.env().num_slices;
+  o.row_begin = rt_.local_devices()[0] * config_.per_device_batch_size;
+  o.rows = o.local_count * config_.per_device_batch_size;
+  if (printer_) {
     // The metrics up to a step durable before the step commits.
-    saver_options.before_checkpoint = [&] { return reporter.SyncMetrics(); };
+    o.before_checkpoint = [this] { return reporter_->SyncMetrics(); };
   }
-  StateSaver saver(std::move(saver_options));
+  return o;
+}
 
-  auto train_on_device = [&](int local) -> Status {
-    compute::SetSingleThreaded();
-    const int device_id = rt.local_devices()[local];
-    const bool reporter_thread = printer && local == 0;
-    ASSIGN_OR_RETURN(ParallelPlan plan,
-                     ParallelPlan::Create(rt.collectives(local), N));
-    DeviceBuffers state = plan.Allocate();
-    const int64_t begin = plan.shard_begin(), count = plan.shard_count();
-    if (restored) {
-      std::copy_n(restored->params.begin() + begin, count, state.shard.begin());
-      std::copy_n(restored->adam_m.begin() + begin, count,
-                  state.adam_m.begin());
-      std::copy_n(restored->adam_v.begin() + begin, count,
-                  state.adam_v.begin());
-    } else {
-      model::gpt::InitParameters(
-          model_config, static_cast<uint64_t>(config.seed), state.weights);
-      if (plan.sharded()) {
-        std::copy_n(state.full.begin() + begin, count, state.shard.begin());
-      }
-    }
-    ASSIGN_OR_RETURN(DataIterator train_data,
-                     OpenData(config, train_file, global_rows, device_id, 0));
-    if (restored) RETURN_IF_ERROR(train_data.Restore(restored->iterator));
-    ASSIGN_OR_RETURN(DataIterator val_data,
-                     OpenData(config, val_file, global_rows, device_id, 1));
+// The run is complete and checkpointed: free the host memory.
+void Trainer::FreeReplicas() {
+  if (!replicas_) return;
+  (void)replicas_->Wait();
+  std::error_code ec;
+  const std::filesystem::path replica_dir =
+      ReplicaDirectory(config_, rt_.env());
+  std::filesystem::remove_all(replica_dir, ec);
+  // The run's directory too, once its last worker has gone (remove() leaves
+  // a non-empty directory alone).
+  std::filesystem::remove(replica_dir.parent_path(), ec);
+}
 
-    int64_t start_step = restored_step;
-    bool from_replica = false;
-    if (replicas) {
-      ASSIGN_OR_RETURN(ReplicaRestore r,
-                       RestoreFromReplicas(plan, replica ? &*replica : nullptr,
-                                           restored_step, global_rows, state));
-      if (r.step >= 0) {
-        start_step = r.step;
-        from_replica = true;
-      }
-      if (reporter_thread && !options.quiet && r.step >= 0) {
-        std::printf(
-            "multislice train: restored step %lld from the in-memory "
-            "replica of data rank %d over the data axis (the newest "
-            "checkpoint is step %lld)\n",
-            static_cast<long long>(start_step), r.root,
-            static_cast<long long>(restored_step));
-        std::fflush(stdout);
-      } else if (reporter_thread && r.uncovered_step >= 0) {
-        std::fprintf(stderr,
-                     "multislice train: warning: an in-memory replica of "
-                     "step %lld does not cover every shard; restoring the "
-                     "checkpoint of step %lld\n",
-                     static_cast<long long>(r.uncovered_step),
-                     static_cast<long long>(restored_step));
-      }
-    }
-    if (reporter_thread) {
-      reporter.LoadHistory(start_step);
-      summary->restored_step =
-          from_replica || restored ? start_step : int64_t{-1};
-      summary->restored_from =
-          from_replica ? "replica" : (restored ? "checkpoint" : "none");
-      summary->first_step = start_step + 1;
-      summary->last_step = start_step;
-    }
-    RETURN_IF_ERROR(
-        AgreeOnRestoredStep(plan, restored_step, ckpt_options.directory));
-    // Complete steps newer than the one restored failed to load: move them
-    // aside, so that this run can save those steps again.
-    if (reporter_thread && config.enable_checkpointing) {
-      MoveAsideUnreadableSteps(checkpoints, ckpt_options.directory, start_step,
-                               rt.env().attempt);
-    }
+}  // namespace
 
-    model::gpt::GptModel gpt(model_config, matmul_type);
-    const int B = config.per_device_batch_size, T = config.max_target_length;
-
-    auto evaluate = [&]() -> Result<double> {
-      RETURN_IF_ERROR(plan.GatherWeights(state));
-      float sum = 0;
-      for (int k = 0; k < config.eval_batches; ++k) {
-        const Batch batch = val_data.At(k);
-        ASSIGN_OR_RETURN(float loss,
-                         gpt.Forward(state.weights, batch.inputs.data(),
-                                     batch.targets.data(), B, T));
-        sum += loss;
-      }
-      float mean = sum / static_cast<float>(config.eval_batches * num_devices);
-      RETURN_IF_ERROR(plan.ReduceOverAll(&mean, 1, "val-loss"));
-      return static_cast<double>(mean);
-    };
-    const StateShard my_shard{begin, state.shard.data(), state.adam_m.data(),
-                              state.adam_v.data(), count};
-    ShardOptimizer optimizer(config, model::gpt::WeightDecayMask(model_config),
-                             begin, num_devices);
-    const float inv_devices = 1.0f / static_cast<float>(num_devices);
-    const int64_t step_delay_ms = EnvInt("MULTISLICE_TEST_STEP_DELAY_MS");
-
-    for (int64_t step = start_step + 1; step <= config.steps; ++step) {
-      const Clock::time_point step_start = Clock::now();
-      if (local == 0) current_step = step;
-      const Batch batch = train_data.At(step - 1);
-      RETURN_IF_ERROR(plan.GatherWeights(state));
-      ASSIGN_OR_RETURN(float loss,
-                       gpt.Forward(state.weights, batch.inputs.data(),
-                                   batch.targets.data(), B, T));
-      RETURN_IF_ERROR(plan.ReduceGradients(
-          [&](const model::gpt::GptModel::GradientReady& ready, float* grads) {
-            return gpt.Backward(state.weights, grads, ready);
-          },
-          state));
-      // The mean loss and the squared norm of the summed gradient, in one
-      // all-reduce (data replicas hold equal shards: each adds 1/data).
-      const double sumsq = compute::SumOfSquares(state.gradient, count);
-      float stats[3] = {loss * inv_devices,
-                        static_cast<float>(sumsq / plan.data_size()),
-                        saver.FaultFlag(local)};
-      RETURN_IF_ERROR(plan.ReduceOverAll(stats, 3, "loss-and-norm"));
-      if (stats[2] > 0) return saver.Stop(local, step);
-      const double norm = optimizer.MeanNorm(static_cast<double>(stats[1]));
-      const double lr = optimizer.Apply(step, norm, state);
-      const double seconds = SecondsSince(step_start);
-      RETURN_IF_ERROR(train_data.Restore([&] {
-        IteratorState s = train_data.state();
-        s.step = step;
-        return s;
-      }()));
-
-      std::optional<double> val_loss;
-      if (config.eval_interval > 0 &&
-          (step % config.eval_interval == 0 || step == config.steps)) {
-        ASSIGN_OR_RETURN(val_loss, evaluate());
-      }
-      if (reporter_thread) {
-        if (step == start_step + 1) {
-          summary->seconds_to_first_step = SecondsSince(start);
-        }
-        Status recorded =
-            reporter.Step({step, stats[0], lr, norm, seconds, val_loss},
-                          start_step + 1, summary);
-        if (!recorded.ok()) saver.SetFault(recorded);
-        if (val_loss) reporter.Plot();
-      }
-      if (replicas && step % config.in_memory_replica_period == 0) {
-        saver.SaveReplica(local, step, my_shard, train_data.state());
-      }
-      if (config.enable_checkpointing &&
-          (step % config.checkpoint_period == 0 || step == config.steps)) {
-        saver.SaveCheckpoint(local, step, plan.data_rank() == 0, my_shard,
-                             train_data.state());
-      }
-      if (step_delay_ms > 0) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
-      }
-    }
-    RETURN_IF_ERROR(saver.Finish(local, config.steps));
-    if (local == 0) {
-      if (replicas) {
-        // The run is complete and checkpointed: free the host memory.
-        (void)replicas->Wait();
-        std::error_code ec;
-        const std::filesystem::path replica_dir =
-            ReplicaDirectory(config, rt.env());
-        std::filesystem::remove_all(replica_dir, ec);
-        // The run's directory too, once its last worker has gone (remove()
-        // leaves a non-empty directory alone).
-        std::filesystem::remove(replica_dir.parent_path(), ec);
-      }
-    }
-    if (reporter_thread) reporter.Plot();
-    return OkStatus();
-  };
-  return rt.RunOnDevices([&](int local) {
-    return CatchOutOfMemory([&] { return train_on_device(local); },
-                            current_step, options);
-  });
+Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
+                  TrainSummary* summary) {
+  return Trainer(rt, options, summary).Run();
 }
 
 }  // namespace multislice::train
