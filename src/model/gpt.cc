@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "common/dtype.h"
 #include "compute/elementwise.h"
 #include "compute/gpt_ops.h"
 #include "compute/matmul.h"
 #include "compute/random.h"
+#include "model/tensor_shard.h"
 
 namespace multislice::model::gpt {
 
@@ -160,9 +162,9 @@ Status ValidateConfig(const GptConfig& c) {
   return OkStatus();
 }
 
-std::vector<ParamTensor> ParameterLayout(const GptConfig& c) {
+std::vector<ParamTensor> ParameterLayout(const GptConfig& c, int t) {
   const int64_t V = c.vocab_size, T = c.max_seq_len, C = c.emb_dim,
-                H = c.mlp_dim;
+                H = c.mlp_dim / t, A = c.emb_dim / t;
   std::vector<ParamTensor> layout;
   int64_t offset = 0;
   auto add = [&](std::string name, std::vector<int64_t> shape) {
@@ -177,9 +179,9 @@ std::vector<ParamTensor> ParameterLayout(const GptConfig& c) {
     const std::string p = "h" + std::to_string(l) + ".";
     add(p + "ln1.w", {C});
     add(p + "ln1.b", {C});
-    add(p + "qkv.w", {C, 3 * C});
-    add(p + "qkv.b", {3 * C});
-    add(p + "attn_proj.w", {C, C});
+    add(p + "qkv.w", {C, 3 * A});
+    add(p + "qkv.b", {3 * A});
+    add(p + "attn_proj.w", {A, C});
     add(p + "attn_proj.b", {C});
     add(p + "ln2.w", {C});
     add(p + "ln2.b", {C});
@@ -193,8 +195,9 @@ std::vector<ParamTensor> ParameterLayout(const GptConfig& c) {
   return layout;
 }
 
-int64_t NumParameters(const GptConfig& config) {
-  const std::vector<ParamTensor> layout = ParameterLayout(config);
+int64_t NumParameters(const GptConfig& config, int tensor_parallelism) {
+  const std::vector<ParamTensor> layout =
+      ParameterLayout(config, tensor_parallelism);
   return layout.back().offset + layout.back().size;
 }
 
@@ -227,8 +230,10 @@ void InitParameters(const GptConfig& config, uint64_t seed, float* params) {
   }
 }
 
-std::vector<uint8_t> WeightDecayMask(const GptConfig& config) {
-  const std::vector<ParamTensor> layout = ParameterLayout(config);
+std::vector<uint8_t> WeightDecayMask(const GptConfig& config,
+                                     int tensor_parallelism) {
+  const std::vector<ParamTensor> layout =
+      ParameterLayout(config, tensor_parallelism);
   std::vector<uint8_t> mask(
       static_cast<size_t>(layout.back().offset + layout.back().size), 0);
   for (const ParamTensor& t : layout) {
@@ -276,13 +281,15 @@ struct GptModel::Activations {
 };
 
 namespace {
-void SizeLayer(LayerActivations& a, int64_t N, int64_t C, int64_t H,
+// A: the attention's width (C, or C/t on a tensor-parallel rank); H the
+// MLP's.
+void SizeLayer(LayerActivations& a, int64_t N, int64_t C, int64_t A, int64_t H,
                int64_t att, bool f32_gelu) {
   a.ln1.assign(N * C, 0.0f);
   a.ln1_mean.assign(N, 0.0f);
   a.ln1_rstd.assign(N, 0.0f);
-  a.qkv.assign(N * 3 * C, 0.0f);
-  a.atty.assign(N * C, 0.0f);
+  a.qkv.assign(N * 3 * A, 0.0f);
+  a.atty.assign(N * A, 0.0f);
   a.att.assign(att, 0.0f);
   a.residual2.assign(N * C, 0.0f);
   a.ln2.assign(N * C, 0.0f);
@@ -294,13 +301,23 @@ void SizeLayer(LayerActivations& a, int64_t N, int64_t C, int64_t H,
 }
 }  // namespace
 
-GptModel::GptModel(const GptConfig& config, DType matmul_type)
+GptModel::GptModel(const GptConfig& config, DType matmul_type,
+                   TensorParallel tensor)
     : config_(config),
-      layout_(ParameterLayout(config)),
+      tensor_(std::move(tensor)),
+      attn_dim_(config.emb_dim / tensor_.size),
+      heads_(config.num_heads / tensor_.size),
+      mlp_dim_(config.mlp_dim / tensor_.size),
+      layout_(ParameterLayout(config, tensor_.size)),
       acts_(std::make_unique<Activations>()),
       matmul_(std::make_unique<Matmul>(matmul_type)) {}
 
 GptModel::~GptModel() = default;
+
+Status GptModel::TensorAllReduce(float* buf, int64_t count) {
+  if (tensor_.size == 1) return OkStatus();
+  return tensor_.all_reduce(buf, count);
+}
 
 int64_t GptModel::LayerOffset(int layer, int index) const {
   return layout_[2 + layer * kTensorsPerLayer + index].offset;
@@ -317,6 +334,7 @@ Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
                                 const int32_t* targets, int B, int T) {
   have_loss_ = false;
   RETURN_IF_ERROR(ValidateConfig(config_));
+  RETURN_IF_ERROR(ValidateTensorParallelism(config_, tensor_.size));
   if (B <= 0) {
     return InvalidArgument("batch size B is " + std::to_string(B) +
                            "; expected > 0");
@@ -326,8 +344,11 @@ Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
         "sequence length T is " + std::to_string(T) + "; expected 1.." +
         std::to_string(config_.max_seq_len) + " (GptConfig.max_seq_len)");
   }
-  const int V = config_.vocab_size, C = config_.emb_dim, NH = config_.num_heads,
-            H = config_.mlp_dim, L = config_.num_layers;
+  // NH, A and H are this rank's heads, attention width and MLP width (the
+  // whole model's without tensor parallelism).
+  const int V = config_.vocab_size, C = config_.emb_dim, NH = heads_,
+            A = attn_dim_, H = mlp_dim_, L = config_.num_layers;
+  const bool rank0 = tensor_.rank == 0;
   const int64_t N = int64_t{B} * T;
   for (int64_t i = 0; i < N; ++i) {
     if (tokens[i] < 0 || tokens[i] >= V ||
@@ -346,15 +367,15 @@ Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
     a.encoded.assign(N * C, 0.0f);
     a.layers.resize(L);
     const bool f32 = mm_type == DType::kF32;
-    for (LayerActivations& la : a.layers) SizeLayer(la, N, C, H, att, f32);
-    SizeLayer(a.dlayer, N, C, H, 0, false);
+    for (LayerActivations& la : a.layers) SizeLayer(la, N, C, A, H, att, f32);
+    SizeLayer(a.dlayer, N, C, A, H, 0, false);
     a.lnf.assign(N * C, 0.0f);
     a.lnf_mean.assign(N, 0.0f);
     a.lnf_rstd.assign(N, 0.0f);
     a.logits.assign(N * V, 0.0f);
     a.probs.assign(N * V, 0.0f);
     a.losses.assign(N, 0.0f);
-    a.att_scratch.assign(ops::AttentionScratchSize(B, T, C, mm_type), 0.0f);
+    a.att_scratch.assign(ops::AttentionScratchSize(B, T, A, mm_type), 0.0f);
     a.dresidual.assign(N * C, 0.0f);
     a.dlnf.assign(N * C, 0.0f);
     a.dlogits.assign(N * V, 0.0f);
@@ -383,18 +404,21 @@ Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
                           residual, p(kLn1W), p(kLn1B), N, C);
     RETURN_IF_ERROR(matmul_->LinearForward(
         la.qkv.data(), matmul_->Prepare(la.ln1.data(), N * C, la.ln1_16),
-        pw(kQkvW), p(kQkvB), N, C, 3 * C));
+        pw(kQkvW), p(kQkvB), N, C, 3 * A));
     // qkv in bf16 once, for the attention's forward and backward.
     const uint16_t* qkv16 =
-        matmul_->Prepare(la.qkv.data(), N * 3 * C, la.qkv_16).bf16;
+        matmul_->Prepare(la.qkv.data(), N * 3 * A, la.qkv_16).bf16;
     RETURN_IF_ERROR(ops::AttentionForward(la.atty.data(), la.att.data(),
                                           a.att_scratch.data(), la.qkv.data(),
-                                          B, T, C, NH, mm_type, qkv16));
-    // residual2 = residual + attn_proj(...), the add in the matmul.
+                                          B, T, A, NH, mm_type, qkv16));
+    // residual2 = residual + attn_proj(...), the add in the matmul. Under
+    // tensor parallelism each rank's product is a partial sum: rank 0 adds
+    // the bias and the residual, the all-reduce the rest.
     RETURN_IF_ERROR(matmul_->LinearForward(
         la.residual2.data(),
-        matmul_->Prepare(la.atty.data(), N * C, la.atty_16), pw(kAttnProjW),
-        p(kAttnProjB), N, C, C, residual));
+        matmul_->Prepare(la.atty.data(), N * A, la.atty_16), pw(kAttnProjW),
+        rank0 ? p(kAttnProjB) : nullptr, N, A, C, rank0 ? residual : nullptr));
+    RETURN_IF_ERROR(TensorAllReduce(la.residual2.data(), N * C));
     ops::LayerNormForward(la.ln2.data(), la.ln2_mean.data(), la.ln2_rstd.data(),
                           la.residual2.data(), p(kLn2W), p(kLn2B), N, C);
     RETURN_IF_ERROR(matmul_->LinearForward(
@@ -414,9 +438,10 @@ Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
       gelu.bf16 = la.fch_gelu_16.data();
     }
     // residual3 = residual2 + fc_proj(gelu), the add in the matmul.
-    RETURN_IF_ERROR(matmul_->LinearForward(la.residual3.data(), gelu,
-                                           pw(kFcProjW), p(kFcProjB), N, H, C,
-                                           la.residual2.data()));
+    RETURN_IF_ERROR(matmul_->LinearForward(
+        la.residual3.data(), gelu, pw(kFcProjW), rank0 ? p(kFcProjB) : nullptr,
+        N, H, C, rank0 ? la.residual2.data() : nullptr));
+    RETURN_IF_ERROR(TensorAllReduce(la.residual3.data(), N * C));
     residual = la.residual3.data();
   }
   const size_t lnf_index = layout_.size() - 2;
@@ -451,7 +476,7 @@ Status GptModel::Backward(const float* params, float* grads,
   }
   Activations& a = *acts_;
   const int B = B_, T = T_, V = config_.vocab_size, C = config_.emb_dim,
-            NH = config_.num_heads, H = config_.mlp_dim, L = config_.num_layers;
+            NH = heads_, A = attn_dim_, H = mlp_dim_, L = config_.num_layers;
   const int64_t N = int64_t{B} * T;
   const DType mm_type = matmul_->type();
   // Forward's bf16 weights: params are unchanged since (see gpt.h).
@@ -521,6 +546,8 @@ Status GptModel::Backward(const float* params, float* grads,
     RETURN_IF_ERROR(matmul_->LinearBackward(
         d.ln2.data(), 0.0f, g(kFcW), g(kFcB), dfch,
         Operand{la.ln2.data(), la.ln2_16.data()}, pw(kFcW), N, C, H));
+    // Column-parallel fc: each rank's input gradient is a partial sum.
+    RETURN_IF_ERROR(TensorAllReduce(d.ln2.data(), N * C));
     // d.residual2 = dresidual (skip path) + LayerNorm's input gradient.
     std::copy(a.dresidual.begin(), a.dresidual.end(), d.residual2.begin());
     std::fill(g(kLn2W), g(kLn2W) + C, 0.0f);
@@ -532,16 +559,17 @@ Status GptModel::Backward(const float* params, float* grads,
     RETURN_IF_ERROR(matmul_->LinearBackward(
         d.atty.data(), 0.0f, g(kAttnProjW), g(kAttnProjB),
         matmul_->Prepare(d.residual2.data(), N * C, a.dout16),
-        Operand{la.atty.data(), la.atty_16.data()}, pw(kAttnProjW), N, C, C));
+        Operand{la.atty.data(), la.atty_16.data()}, pw(kAttnProjW), N, A, C));
     Zero(d.qkv);
     RETURN_IF_ERROR(ops::AttentionBackward(
         d.qkv.data(), a.att_scratch.data(), d.atty.data(), la.qkv.data(),
-        la.att.data(), B, T, C, NH, mm_type,
+        la.att.data(), B, T, A, NH, mm_type,
         mm_type == DType::kF32 ? nullptr : la.qkv_16.data()));
     RETURN_IF_ERROR(matmul_->LinearBackward(
         d.ln1.data(), 0.0f, g(kQkvW), g(kQkvB),
-        matmul_->Prepare(d.qkv.data(), N * 3 * C, a.dout16),
-        Operand{la.ln1.data(), la.ln1_16.data()}, pw(kQkvW), N, C, 3 * C));
+        matmul_->Prepare(d.qkv.data(), N * 3 * A, a.dout16),
+        Operand{la.ln1.data(), la.ln1_16.data()}, pw(kQkvW), N, C, 3 * A));
+    RETURN_IF_ERROR(TensorAllReduce(d.ln1.data(), N * C));
     std::copy(d.residual2.begin(), d.residual2.end(), a.dresidual.begin());
     std::fill(g(kLn1W), g(kLn1W) + C, 0.0f);
     std::fill(g(kLn1B), g(kLn1B) + C, 0.0f);

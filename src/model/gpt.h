@@ -53,8 +53,15 @@ struct ParamTensor {
 // wte [V,C], wpe [T,C], per layer ln1.w/b [C], qkv.w [C,3C], qkv.b [3C],
 // attn_proj.w [C,C], attn_proj.b [C], ln2.w/b [C], fc.w [C,mlp], fc.b [mlp],
 // fc_proj.w [mlp,C], fc_proj.b [C]; then lnf.w/b [C].
-std::vector<ParamTensor> ParameterLayout(const GptConfig& config);
-int64_t NumParameters(const GptConfig& config);
+//
+// With tensor parallelism t (tensor_parallel.h) the layout of one rank's
+// parameters: the same tensors in the same order, qkv.w [C,3C/t], qkv.b
+// [3C/t], attn_proj.w [C/t,C], fc.w [C,mlp/t], fc.b [mlp/t], fc_proj.w
+// [mlp/t,C] (its heads' and its MLP columns' share), every other tensor
+// whole.
+std::vector<ParamTensor> ParameterLayout(const GptConfig& config,
+                                         int tensor_parallelism = 1);
+int64_t NumParameters(const GptConfig& config, int tensor_parallelism = 1);
 
 // Writes all NumParameters(config) values: weights (2-D tensors) normal with
 // std 0.02, the residual projections (attn_proj.w, fc_proj.w) scaled by
@@ -65,7 +72,21 @@ void InitParameters(const GptConfig& config, uint64_t seed, float* params);
 
 // 1 for the tensors AdamW should decay (the 2-D weights and embeddings), 0
 // for biases and LayerNorm parameters; NumParameters(config) entries.
-std::vector<uint8_t> WeightDecayMask(const GptConfig& config);
+// With tensor parallelism t, the mask of one rank's layout.
+std::vector<uint8_t> WeightDecayMask(const GptConfig& config,
+                                     int tensor_parallelism = 1);
+
+// How one rank of t takes part in a Megatron-style tensor-parallel model:
+// the attention heads and the MLP's hidden units split t ways (qkv and fc
+// column-parallel, attn_proj and fc_proj row-parallel), the rest
+// replicated. all_reduce sums a buffer over the t ranks in place, every rank
+// getting the same values; the forward pass calls it after attn_proj and
+// fc_proj, the backward pass on the input gradients of qkv and fc.
+struct TensorParallel {
+  int size = 1;
+  int rank = 0;
+  std::function<Status(float* buf, int64_t count)> all_reduce;
+};
 
 // The model for one device: runs the forward pass and keeps its activations
 // for the backward.
@@ -80,7 +101,13 @@ class GptModel {
   // With kBF16 the weights are rounded once per Forward and Backward reuses
   // that copy (hence params unchanged in between), as it reuses the forward's
   // bf16 activations.
-  explicit GptModel(const GptConfig& config, DType matmul_type = DType::kF32);
+  //
+  // With tensor.size > 1 the model is rank tensor.rank's part: its params
+  // and grads buffers have ParameterLayout(config, tensor.size), and every
+  // rank of the group must run Forward and Backward together (each calls
+  // tensor.all_reduce twice per layer in each).
+  explicit GptModel(const GptConfig& config, DType matmul_type = DType::kF32,
+                    TensorParallel tensor = {});
   ~GptModel();
   GptModel(const GptModel&) = delete;
   GptModel& operator=(const GptModel&) = delete;
@@ -124,7 +151,13 @@ class GptModel {
   // Sets tensor `index` (of the layout) of `grads` to zero.
   void ZeroTensor(float* grads, size_t index) const;
 
+  // Sums buf over the tensor group (nothing without tensor parallelism).
+  Status TensorAllReduce(float* buf, int64_t count);
+
   GptConfig config_;
+  TensorParallel tensor_;
+  // This rank's attention width (C/t), heads (NH/t) and MLP width (mlp/t).
+  int attn_dim_, heads_, mlp_dim_;
   std::vector<ParamTensor> layout_;
   std::unique_ptr<Activations> acts_;
   std::unique_ptr<Matmul> matmul_;
