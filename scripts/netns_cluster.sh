@@ -57,13 +57,16 @@ multislice controller or agent runs:
                  CPUs=1, its spool, log and pid file in --workdir/slurm/hN/
   slurm.conf     --workdir/slurm/slurm.conf: partition "all" (the default)
                  holding every node; ReturnToService=2 (a node whose slurmd
-                 comes back is used again); SlurmdTimeout=5;
+                 comes back is used again); SlurmdTimeout=5 and
+                 MessageTimeout=5 (a crashed node is "not responding" about
+                 8 s after the crash, DOWN about 16 s after);
                  ProctrackType=proctrack/linuxproc, TaskPlugin=task/none,
                  no cgroups used (PID 1 need not be systemd; slurmd 22.05
                  loads cgroup/v1, cgroup.conf, and never calls it);
                  SlurmUser=root;
-                 AuthInfo cred_expire=15 (a requeued job starts again 16 s
-                 after its requeue at the earliest)
+                 AuthInfo cred_expire=5, Slurm's minimum (a requeued job
+                 starts again 6 s after its requeue at the earliest:
+                 cred_expire + 1)
 
 Each daemon runs with its own host name (a UTS namespace: ctl, hN), and
 every namespace resolves ctl and h1.. to their addresses: ip netns exec
@@ -393,7 +396,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$munge_dir/munge.socket,cred_expire=15
+AuthInfo=socket=$munge_dir/munge.socket,cred_expire=5
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -409,6 +412,7 @@ SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides
 ReturnToService=2
 SlurmdTimeout=5
+MessageTimeout=5
 SlurmctldTimeout=10
 InactiveLimit=0
 KillWait=5

@@ -38,6 +38,14 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 constexpr char kName[] = "multislice job";
+// How long a failed worker waits for a repair to begin, unless
+// --failure_grace_seconds says. Agents: a lost host is noticed within the
+// heartbeat timeout (5 s) and its lease (10 s). Slurm: a dead node is
+// "not responding" after its next ping (every SlurmdTimeout/3, 100 s at
+// Slurm's default) has timed out (MessageTimeout, 10 s), and only then
+// repaired.
+constexpr int kAgentsFailureGraceSeconds = 15;
+constexpr int kSlurmFailureGraceSeconds = 120;
 
 struct JobFlags {
   ControllerFlags connection;
@@ -55,7 +63,7 @@ struct JobFlags {
   bool reserved = false, spot = false, best_effort = false;
   bool keep = false;
   int timeout_seconds = 3600;
-  int failure_grace_seconds = 15;
+  int failure_grace_seconds = -1;  // -1: by the capacity (above)
   bool json = false;
 };
 
@@ -255,7 +263,9 @@ Status Validate(const CLI::App* cmd, JobFlags& f) {
     return InvalidArgument("--timeout_seconds: expected at least 1, got " +
                            std::to_string(f.timeout_seconds));
   }
-  if (f.failure_grace_seconds < 0) {
+  const CLI::Option* grace =
+      cmd->get_option_no_throw("--failure_grace_seconds");
+  if (grace != nullptr && grace->count() > 0 && f.failure_grace_seconds < 0) {
     return InvalidArgument(
         "--failure_grace_seconds: expected at least 0, got " +
         std::to_string(f.failure_grace_seconds));
@@ -426,6 +436,11 @@ int Run(const CLI::App* cmd, JobFlags f) {
     }
     const std::string state = (*qr)["state"].value("state", "");
     const int attempt = qr->value("attempt", 0);
+    // A queued resource on Slurm carries its job (clusterJob).
+    const int grace_seconds =
+        f.failure_grace_seconds >= 0 ? f.failure_grace_seconds
+        : qr->contains("clusterJob") ? kSlurmFailureGraceSeconds
+                                     : kAgentsFailureGraceSeconds;
     if (states.empty() || states.back().state != state ||
         states.back().attempt != attempt) {
       states.push_back({Now(), state, attempt});
@@ -481,8 +496,7 @@ int Run(const CLI::App* cmd, JobFlags f) {
         failing = true;
         failed_since = Clock::now();
       }
-      if (Clock::now() - failed_since >
-          std::chrono::seconds(f.failure_grace_seconds)) {
+      if (Clock::now() - failed_since > std::chrono::seconds(grace_seconds)) {
         outcome = failure;
         report_log = failed_log;
         break;
@@ -678,7 +692,10 @@ void AddJobCommand(CLI::App& root, CommandTable& table) {
              "Give up (exit 1) after this long.");
   AddIntFlag(cmd, "failure_grace_seconds", &f->failure_grace_seconds,
              "How long a failed worker may wait for a repair to begin before "
-             "the job fails.");
+             "the job fails (default 15 s; 120 s for a queued resource on "
+             "Slurm, whose detection of a dead node takes up to "
+             "SlurmdTimeout/3 + MessageTimeout).")
+      ->default_str("");  // not -1: the default depends on the capacity
   AddBoolFlag(cmd, "json", &f->json, "Print goodput.json's object at the end.");
   table[cmd] = [cmd, f] { return Run(cmd, *f); };
 }

@@ -193,7 +193,14 @@ std::string SlurmBatchScript(const ClusterJobSpec& spec,
     << "\n"
     << "export MEGASCALE_NUM_SLICES=" << spec.slices << "\n"
     << "export MULTISLICE_ATTEMPT=$(( ${SLURM_RESTART_COUNT:-0} + 1 ))\n"
-    << "export MULTISLICE_SLURM_HOSTS_PER_SLICE=" << hosts << "\n"
+    << "export MULTISLICE_SLURM_HOSTS_PER_SLICE=" << hosts
+    << "\n"
+    // Each worker's directory, as an agent's workers/NAME: the startup
+    // script runs there, the same folder for the same worker on every
+    // attempt (tasks share the work directory, so a script that unpacks
+    // into its working directory would overwrite another worker's files).
+    << "export MULTISLICE_SLURM_WORKERS="
+    << Quote(workdir + "/workers/" + FilePart(spec.name)) << "\n"
     << "export MULTISLICE_SLURM_STARTUP=" << Quote(startup_path) << "\n"
     << "export MEGASCALE_COORDINATOR_ADDRESS="
     << Quote("file://" + workdir + "/.multislice-store/" + spec.run_id)
@@ -222,6 +229,8 @@ std::string SlurmBatchScript(const ClusterJobSpec& spec,
        "LOCAL_WORLD_SIZE=1\n"
     << "  export JAX_COORDINATOR_ADDRESS=$first:$((port + 1)) "
        "JAX_NUM_PROCESSES=$SLURM_NTASKS JAX_PROCESS_ID=$SLURM_PROCID\n"
+    << "  dir=$MULTISLICE_SLURM_WORKERS.$slice.$worker\n"
+    << "  mkdir -p \"$dir\" && cd \"$dir\" || exit 1\n"
     << "  exec bash \"$MULTISLICE_SLURM_STARTUP\"\n"
     << "'\n"
     // A startup script that ended before a poll saw its step still started

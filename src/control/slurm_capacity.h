@@ -3,7 +3,8 @@
 // task per node (Slurm starts it with every node or not at all). The batch
 // script runs the startup script on every node through one `srun` step,
 // each task with the worker environment of the host agents (MEGASCALE_*,
-// TPU_WORKER_*, MULTISLICE_ATTEMPT = 1 + SLURM_RESTART_COUNT, ...), and then
+// TPU_WORKER_*, MULTISLICE_ATTEMPT = 1 + SLURM_RESTART_COUNT, ...) in its
+// worker's own directory (WORKDIR/workers/ID.SLICE.WORKER), and then
 // holds the nodes until the job is cancelled, as a TPU VM stays yours after
 // its startup script ended.
 //

@@ -231,7 +231,8 @@ TEST(SlurmCapacityTest, PhasesOfSlurmStates) {
 }
 
 // The batch script under fake srun (every task in turn) and scontrol: each
-// task's startup script sees the agents' worker environment.
+// task's startup script sees the agents' worker environment and runs in its
+// own worker's directory.
 TEST(SlurmCapacityTest, BatchScriptGivesEveryTaskItsWorkerEnvironment) {
   TempDir dir("slurm-script-");
   const std::string bin = dir.path() + "/bin";
@@ -260,10 +261,11 @@ TEST(SlurmCapacityTest, BatchScriptGivesEveryTaskItsWorkerEnvironment) {
         "echo \"$SLURM_PROCID $MEGASCALE_SLICE_ID $TPU_WORKER_ID "
         "$TPU_WORKER_HOSTNAMES $MEGASCALE_NUM_SLICES $MULTISLICE_ATTEMPT "
         "$MULTISLICE_ACCELERATOR_TYPE $MULTISLICE_RUN_ID $RANK $WORLD_SIZE "
-        "$MEGASCALE_COORDINATOR_ADDRESS\" >> " +
+        "$MEGASCALE_COORDINATOR_ADDRESS $PWD\" >> " +
             out + "\n");
+  const std::string shared = dir.path() + "/shared";
   write(dir.path() + "/batch.sh",
-        SlurmBatchScript(spec, "/shared", dir.path() + "/startup.sh"));
+        SlurmBatchScript(spec, shared, dir.path() + "/startup.sh"));
   const std::string cmd =
       "cd " + dir.path() + " && PATH=" + bin +
       ":$PATH SLURM_JOB_ID=7 SLURM_JOB_NUM_NODES=4 SLURM_JOB_NODELIST='h[1-4]' "
@@ -272,12 +274,15 @@ TEST(SlurmCapacityTest, BatchScriptGivesEveryTaskItsWorkerEnvironment) {
   std::ifstream in(out);
   std::vector<std::string> lines;
   for (std::string l; std::getline(in, l);) lines.push_back(l);
-  const std::string store = "file:///shared/.multislice-store/qr1-abc-2";
-  EXPECT_EQ(lines, (std::vector<std::string>{
-                       "0 0 0 h1,h2 2 2 v4-16 qr1-abc 0 4 " + store,
-                       "1 0 1 h1,h2 2 2 v4-16 qr1-abc 1 4 " + store,
-                       "2 1 0 h3,h4 2 2 v4-16 qr1-abc 2 4 " + store,
-                       "3 1 1 h3,h4 2 2 v4-16 qr1-abc 3 4 " + store}));
+  const std::string store = "file://" + shared + "/.multislice-store/qr1-abc-2";
+  const std::string workers = " " + shared + "/workers/qr1.";
+  EXPECT_EQ(
+      lines,
+      (std::vector<std::string>{
+          "0 0 0 h1,h2 2 2 v4-16 qr1-abc 0 4 " + store + workers + "0.0",
+          "1 0 1 h1,h2 2 2 v4-16 qr1-abc 1 4 " + store + workers + "0.1",
+          "2 1 0 h3,h4 2 2 v4-16 qr1-abc 2 4 " + store + workers + "1.0",
+          "3 1 1 h3,h4 2 2 v4-16 qr1-abc 3 4 " + store + workers + "1.1"}));
   std::ifstream update(dir.path() + "/update.txt");
   std::string mark;
   std::getline(update, mark);

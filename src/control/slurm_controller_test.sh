@@ -26,9 +26,11 @@
 #   tiers     spot and reserved as partitions (spot preemptible by high):
 #             a reserved request preempts an ACTIVE spot one, SUSPENDED by
 #             the SERVICE, and becomes ACTIVE
-#   train     a training (2 slices of cpu-1) as the startup script; a node
-#             of its job crashes after a checkpoint; attempt 2 on the spare
-#             resumes from it and every loss equals the local run's
+#   train     multislice job: a training of 2 slices of cpu-1; a node of
+#             its Slurm job crashes after a checkpoint; attempt 2 on the
+#             spare resumes from it, the job ends by itself (exit 0), every
+#             loss equals the local run's, goodput.json counts the failure;
+#             prints the failure to the first step of attempt 2, split
 #
 # Afterwards nothing may be left (as slurm_cluster_test.sh). Exit 77 (CTest:
 # skipped) with one line when not root or without network namespaces or
@@ -238,10 +240,14 @@ EOF
   phase_done
 
   phase train
-  # A training as the startup script of 2 x cpu-1; a node of its job crashes
-  # after a checkpoint; the job is requeued away from it, attempt 2 resumes
-  # from the checkpoint, and every step's loss is the uninterrupted local
-  # run's.
+  # multislice job on Slurm (issue 15's repair test): a training of 2 slices
+  # of cpu-1 started with `multislice job`; a node of its Slurm job crashes
+  # after a checkpoint; the job is requeued away from it, attempt 2 on the
+  # spare resumes from the checkpoint, `multislice job` ends by itself
+  # (exit 0), every step's loss is the uninterrupted local run's, and
+  # goodput.json accounts for the failure. Prints the node failure to the
+  # first step of attempt 2, split by Slurm's own times (docs/performance.md,
+  # "Node failure to the first step on Slurm").
   mkdir -p "$scratch/code"
   $ms data prepare --output "$scratch/ds" > /dev/null
   cat > "$scratch/code/tiny.yml" <<EOF
@@ -277,40 +283,118 @@ EOF
     > "$scratch/local.out" 2>&1 || fail "the local run: $(tail -n 5 "$scratch/local.out")"
   losses "$scratch/local/ref/metrics.jsonl" "$scratch/reference_losses"
   [ "$(wc -l < "$scratch/reference_losses")" -eq 16 ] || fail "the local run: not 16 steps"
-  cat > "$scratch/train.sh" <<EOF
-export MULTISLICE_TEST_STEP_DELAY_MS=500
-cd "$scratch/code" && exec $ms train tiny.yml base_output_directory="$scratch/out" \
-  run_name=t > "$scratch/train-\$MEGASCALE_SLICE_ID-\$MULTISLICE_ATTEMPT.log" 2>&1
-EOF
-  $ms queued-resources create t --accelerator-type cpu-1 --node-count 2 \
-    --zone $zone --metadata-from-file "startup-script=$scratch/train.sh" \
-    --async > /dev/null || fail "create t"
-  metrics="$scratch/out/t/metrics.jsonl"
+  job_dir="$scratch/jobs/t"
+  # shellcheck disable=SC2016  # expanded by each worker
+  train='MULTISLICE_TEST_STEP_DELAY_MS=500 multislice train tiny.yml'
+  train+=' base_output_directory=$MULTISLICE_OUTPUT_DIR run_name=$MULTISLICE_RUN_NAME'
+  $ms job --zone $zone --accelerator_type cpu-1 --num_slices 2 \
+    --output_dir "$scratch/jobs" --run_name t --script_dir "$scratch/code" \
+    --timeout_seconds 240 --command "$train" > "$scratch/job.out" 2>&1 &
+  job_pid=$!
+  trap 'kill "$job_pid" "$ctl_pid" 2>/dev/null; wait "$ctl_pid" 2>/dev/null || true;
+        timeout 10 scancel --user=root 2>/dev/null || true' EXIT
+  metrics="$job_dir/metrics.jsonl"
   steps_in() { [ -s "$metrics" ] && [ "$(grep -c '"step"' "$metrics")" -ge "$1" ]; }
-  checkpoint_in() { compgen -G "$scratch/out/t/checkpoints/*" > /dev/null; }
+  checkpoint_in() { compgen -G "$job_dir/checkpoints/*" > /dev/null; }
   wait_until 60 "t's first 6 steps" steps_in 6
   wait_until 30 "t's first checkpoint" checkpoint_in
-  victim=$(field t 'q["nodes"][1]["hosts"][0]')
-  echo "$prog: $(grep -c '"step"' "$metrics") steps in; crashing $victim (node 1 of t)"
+  victim=$(field job-t 'q["nodes"][1]["hosts"][0]')
+  slurm_job=$(field job-t 'q["clusterJob"]')
+  [ -n "$victim" ] && [ -n "$slurm_job" ] || fail "job-t: no host on node 1 or no Slurm job"
+  echo "$prog: $(grep -c '"step"' "$metrics") steps in; crashing $victim" \
+       "(node 1 of job-t, Slurm job $slurm_job)"
   crash=$(now)
   "$MULTISLICE_SLURM_NODE" crash "$victim" || fail "crash $victim"
-  t_attempt2() { is_state t ACTIVE && [ "$(field t 'q["attempt"]')" = 2 ]; }
-  wait_until 120 "t ACTIVE as attempt 2" t_attempt2
-  echo "$prog: t ACTIVE (attempt 2) after $(since "$crash") s"
-  done_16() {
-    losses "$metrics" "$scratch/t_losses" &&
-      [ "$(wc -l < "$scratch/t_losses")" -eq 16 ] &&
-      grep -q "resumed from checkpoint step" "$scratch"/train-*-2.log
-  }
-  wait_until 120 "t's attempt 2 to step 16" done_16
-  grep -h "resumed from checkpoint step" "$scratch"/train-*-2.log | head -n 1
+  job_ended() { ! kill -0 "$job_pid"; }
+  wait_until 150 "multislice job to end by itself" job_ended
+  code=0
+  wait "$job_pid" || code=$?
+  cat "$scratch/job.out"
+  [ "$code" = 0 ] || fail "multislice job: exit $code"
+  grep -h "resumed from checkpoint step" "$job_dir/main_command_log_slice_0_worker_0" |
+    tail -n 1 > "$scratch/resumed"
+  [ -s "$scratch/resumed" ] || fail "t: attempt 2 did not resume from a checkpoint"
+  cat "$scratch/resumed"
+  losses "$metrics" "$scratch/t_losses"
   if ! cmp -s "$scratch/t_losses" "$scratch/reference_losses"; then
     diff "$scratch/reference_losses" "$scratch/t_losses" | head -n 10 >&2 || true
     fail "t: losses differ from the local run's (< local, > t)"
   fi
   echo "$prog: t: 16 steps across the repair, every loss the local run's"
-  $ms queued-resources delete t --zone $zone --force --quiet > /dev/null || fail "delete t"
-  wait_until 30 "t deleted" bash -c "! $ms queued-resources describe t --zone $zone"
+  # goodput.json against the records themselves: one failure, attempt 2,
+  # the steps of attempt 1 past the checkpoint recomputed; and the split of
+  # the node failure to the first step of attempt 2 from Slurm's own log.
+  python3 - "$job_dir/goodput.json" "$metrics" "$scratch/resumed" "$crash" \
+    "$cluster_workdir/slurm/slurmctld.log" "$slurm_job" "$victim" <<'EOF' ||
+import datetime, json, re, sys
+goodput_path, metrics, resumed, crash, ctld_log, job, victim = sys.argv[1:]
+crash = float(crash)
+g = json.load(open(goodput_path))
+records = [json.loads(l) for l in open(metrics)]
+steps = [r for r in records if "step" in r]
+resume_step = int(re.search(r"checkpoint step (\d+)", open(resumed).read()).group(1))
+recomputed = sum(1 for r in steps if r.get("attempt") == 1 and r["step"] > resume_step)
+errors = []
+def expect(what, ok):
+    if not ok:
+        errors.append(what)
+expect("exit_code 0", g.get("exit_code") == 0)
+expect("failures 1", g.get("failures") == 1)
+expect("the outcome at attempt 2", "(attempt 2)" in g.get("outcome", ""))
+expect("the timeline reaches attempt 2",
+       max(o["attempt"] for o in g["timeline"]) == 2)
+for key in ("detection_seconds", "repair_seconds", "restart_seconds"):
+    expect(key + " positive", g.get(key, 0) > 0)
+expect("recomputed_steps %d (attempt 1's steps past checkpoint %d)"
+       % (recomputed, resume_step), g.get("recomputed_steps") == recomputed)
+expect("steps 16", g.get("steps") == 16)
+if errors:
+    print("goodput.json: expected " + "; ".join(errors) + ": " + json.dumps(g))
+    sys.exit(1)
+# Slurm's times, from slurmctld's log (local time, milliseconds).
+def stamp(line):
+    t = datetime.datetime.strptime(line[1:24], "%Y-%m-%dT%H:%M:%S.%f")
+    return t.timestamp()
+requeue = allocate = down = None
+for line in open(ctld_log):
+    if not line.startswith("[") or stamp(line) < crash:
+        continue
+    # Ours (the exclusion set between requeuehold and release) or Slurm's.
+    if requeue is None and re.search(
+            r"setting exc_nodes to \S+ for JobId=%s\b|Requeuing JobId=%s\b"
+            % (job, job), line):
+        requeue = stamp(line)
+    if re.search(r"sched: Allocate JobId=%s " % job, line):
+        allocate = stamp(line)
+    if down is None and re.search(r"Nodes? .*%s.* not responding, setting DOWN" % victim, line):
+        down = stamp(line)
+timeline = sorted(g["timeline"], key=lambda o: o["time"])
+left = next(o["time"] for o in timeline if o["time"] > crash and o["state"] != "ACTIVE")
+back = next(o["time"] for o in timeline if o["time"] > left and o["state"] == "ACTIVE")
+first = min(r["time"] - r["step_time_s"] for r in steps if r.get("attempt") == 2)
+if requeue is None or allocate is None or not (requeue < allocate < back):
+    print("slurmctld.log: no requeue then allocation of job %s between the crash "
+          "and ACTIVE (requeue %s, allocate %s)" % (job, requeue, allocate))
+    sys.exit(1)
+print("slurm_controller_test: figure: node failure -> first step of attempt 2: "
+      "%.2f s = detection %.2f (crash -> the QR out of ACTIVE: %s not responding, "
+      "job %s requeued; slurmctld: requeue at +%.2f, the node DOWN %s) + "
+      "allocation %.2f (-> the requeued job allocated on the spare, slurmctld's "
+      "log) + workers %.2f (-> their step, the QR ACTIVE) + restart %.2f (-> the "
+      "first step of attempt 2 began, metrics.jsonl); goodput.json: %.1f %% "
+      "goodput, detection %.2f s (from the last step), repair %.2f s, restart "
+      "%.2f s, %d recomputed step(s)"
+      % (first - crash, left - crash, victim, job, requeue - crash,
+         "at +%.2f" % (down - crash) if down else "not by then",
+         allocate - left, back - allocate, first - back, g["goodput_percent"],
+         g["detection_seconds"], g["repair_seconds"], g["restart_seconds"],
+         g["recomputed_steps"]))
+EOF
+    fail "t: goodput.json or Slurm's times"
+  gone_t() { ! describe job-t && [ -z "$(timeout 5 squeue -h -n job-t -o %i)" ]; }
+  wait_until 30 "job-t deleted and its Slurm job cancelled" gone_t
+  trap 'kill "$ctl_pid" 2>/dev/null; wait "$ctl_pid" 2>/dev/null || true;
+        timeout 10 scancel --user=root 2>/dev/null || true' EXIT
   phase_done
 
   phase tiers
