@@ -25,6 +25,7 @@
 #include "cli/flags.h"
 #include "cli/platform.h"
 #include "compute/matmul.h"
+#include "model/tensor_shard.h"
 #include "runtime/launcher.h"
 #include "runtime/runtime.h"
 #include "runtime/slurm_env.h"
@@ -398,23 +399,22 @@ int Run(const TrainFlags& flags) {
   auto resolved = mesh::ResolveParallelism(
       parallelism, type->devices_per_slice(), num_slices);
   if (!resolved.ok()) return Fail(resolved.status());
-  if ((*resolved).ici[2] != 1 || (*resolved).dcn[2] != 1) {
-    const bool ici = (*resolved).ici[2] != 1;
+  if (Status s = model::gpt::ValidateTensorParallelism(
+          train::GptConfigOf(config), resolved->ici[2] * resolved->dcn[2]);
+      !s.ok()) {
     return Fail(InvalidArgument(
-        std::string("key '") + (ici ? "ici" : "dcn") +
-        "_tensor_parallelism' = -1 resolves to " +
-        std::to_string(ici ? (*resolved).ici[2] : (*resolved).dcn[2]) +
-        ": expected 1: multislice train does not support tensor parallelism "
-        "yet (it shards with data and fsdp)"));
+        "keys ici_tensor_parallelism (" + std::to_string(resolved->ici[2]) +
+        ") x dcn_tensor_parallelism (" + std::to_string(resolved->dcn[2]) +
+        "): " + s.message()));
   }
   // A second training of this run directory is refused before any worker
   // starts (worker 0 takes the lock itself: see LockRunDirectory). Not in a
   // Slurm task: its peers are workers of the same run, and task 0's worker
   // may hold the lock already (the probe would also take it for a moment,
   // failing task 0's own Acquire).
-  if (Status s = slurm_task ? OkStatus()
-                            : train::RunDirectoryLock::CheckFree(
-                                  RunDirectory(config));
+  if (Status s = slurm_task
+                     ? OkStatus()
+                     : train::RunDirectoryLock::CheckFree(RunDirectory(config));
       !s.ok()) {
     return Fail(s);
   }

@@ -46,8 +46,15 @@ using testing_util::WaitExit;
 using testing_util::WaitForFile;
 using testing_util::Workers;
 
+// A mesh of EveryMeshMatchesOneDevice: a run name and its train arguments.
+struct TrainMesh {
+  std::string name;
+  std::vector<std::string> args;
+};
+
 class TrainCommandTest : public ::testing::Test {
  protected:
+  void ExpectMeshesMatchOneDevice(const std::vector<TrainMesh>& meshes);
   static void SetUpTestSuite() {
     data_ = new TempDir("multislice-train-data-");
     // A prepared copy of the default corpus, shared by every test.
@@ -225,13 +232,13 @@ void ExpectLossesFrom(const nlohmann::json& resumed, int64_t restored,
   }
 }
 
-// One device and the meshes 1x2 fsdp, 2x1 data over DCN, 2x2 and a v4-16
-// slice (fsdp 8 over 2 hosts) train the same global batch of 8 rows: in f32, the losses of 3 steps and the first
-// step's gradient (AdamW's m after step 1 is 0.1 x the clipped gradient)
-// agree within 1e-5 relative, and the weights after 3 steps within 1e-4
-// (AdamW divides by sqrt(v), which magnifies rounding where gradients are
-// near 0).
-TEST_F(TrainCommandTest, EveryMeshMatchesOneDevice) {
+// One device and each mesh train the same global batch of 8 rows: in f32,
+// the losses of 3 steps and the first step's gradient (AdamW's m after step
+// 1 is 0.1 x the clipped gradient) agree within 1e-5 relative, and the
+// weights after 3 steps within 1e-4 (AdamW divides by sqrt(v), which
+// magnifies rounding where gradients are near 0).
+void TrainCommandTest::ExpectMeshesMatchOneDevice(
+    const std::vector<TrainMesh>& meshes) {
   const std::vector<std::string> common = {"steps=3", "checkpoint_period=1"};
   nlohmann::json one = Train(
       With({"run_name=one", "per_device_batch_size=8", "dcn_data_parallelism=1",
@@ -241,11 +248,25 @@ TEST_F(TrainCommandTest, EveryMeshMatchesOneDevice) {
   ASSERT_EQ(Losses(one).size(), 3u);
   const train::FullState reference = LoadState(RunDir("one"), 3);
   const train::FullState reference_step1 = LoadState(RunDir("one"), 1);
-  struct Mesh {
-    std::string name;
-    std::vector<std::string> args;
-  };
-  const std::vector<Mesh> meshes = {
+  for (const TrainMesh& mesh : meshes) {
+    nlohmann::json result = Train(
+        With(With(mesh.args, common), {"run_name=" + mesh.name}), mesh.name);
+    ExpectClose(Losses(result), Losses(one), 1e-5, mesh.name);
+    const train::FullState step1 = LoadState(RunDir(mesh.name), 1);
+    ASSERT_EQ(step1.adam_m.size(), reference_step1.adam_m.size());
+    EXPECT_LT(MaxRelativeDifference(step1.adam_m, reference_step1.adam_m), 1e-5)
+        << mesh.name;
+    const train::FullState state = LoadState(RunDir(mesh.name), 3);
+    ASSERT_EQ(state.params.size(), reference.params.size());
+    EXPECT_LT(MaxRelativeDifference(state.params, reference.params), 1e-4)
+        << mesh.name;
+  }
+}
+
+// The meshes 1x2 fsdp, 2x1 data over DCN, 2x2 and a v4-16 slice (fsdp 8
+// over 2 hosts).
+TEST_F(TrainCommandTest, EveryMeshMatchesOneDevice) {
+  ExpectMeshesMatchOneDevice({
       {"fsdp1x2",
        {"per_device_batch_size=4", "ici_fsdp_parallelism=2",
         "dcn_data_parallelism=1", "--num_slices", "1", "--accelerator_type",
@@ -262,20 +283,33 @@ TEST_F(TrainCommandTest, EveryMeshMatchesOneDevice) {
        {"per_device_batch_size=1", "ici_fsdp_parallelism=8",
         "dcn_data_parallelism=1", "--num_slices", "1", "--accelerator_type",
         "v4-16"}},
-  };
-  for (const Mesh& mesh : meshes) {
-    nlohmann::json result = Train(
-        With(With(mesh.args, common), {"run_name=" + mesh.name}), mesh.name);
-    ExpectClose(Losses(result), Losses(one), 1e-5, mesh.name);
-    const train::FullState step1 = LoadState(RunDir(mesh.name), 1);
-    ASSERT_EQ(step1.adam_m.size(), reference_step1.adam_m.size());
-    EXPECT_LT(MaxRelativeDifference(step1.adam_m, reference_step1.adam_m), 1e-5)
-        << mesh.name;
-    const train::FullState state = LoadState(RunDir(mesh.name), 3);
-    ASSERT_EQ(state.params.size(), reference.params.size());
-    EXPECT_LT(MaxRelativeDifference(state.params, reference.params), 1e-4)
-        << mesh.name;
-  }
+  });
+}
+
+// Tensor parallelism (Megatron: heads and MLP split over the tensor axis)
+// alone, with fsdp, with data over DCN, and across slices: each trains the
+// one-device run's global batch of 8 rows (per_device_batch_size x devices;
+// a tensor group shares its rows) within the same tolerances; the
+// checkpoint, saved as each tensor rank's shards, restores whole.
+TEST_F(TrainCommandTest, TensorParallelMeshesMatchOneDevice) {
+  ExpectMeshesMatchOneDevice({
+      {"tensor2",
+       {"per_device_batch_size=4", "ici_tensor_parallelism=2",
+        "dcn_data_parallelism=1", "--num_slices", "1", "--accelerator_type",
+        "cpu-2"}},
+      {"fsdp2_tensor2",
+       {"per_device_batch_size=2", "ici_fsdp_parallelism=2",
+        "ici_tensor_parallelism=2", "dcn_data_parallelism=1", "--num_slices",
+        "1", "--accelerator_type", "cpu-4"}},
+      {"dcn_data2_tensor2",
+       {"per_device_batch_size=2", "ici_tensor_parallelism=2",
+        "dcn_data_parallelism=2", "--num_slices", "2", "--accelerator_type",
+        "cpu-2"}},
+      {"dcn_tensor2",
+       {"per_device_batch_size=4", "dcn_tensor_parallelism=2",
+        "dcn_data_parallelism=1", "--num_slices", "2", "--accelerator_type",
+        "cpu-1"}},
+  });
 }
 
 // 2 slices, f32: an uninterrupted run, and the same run killed with SIGKILL
@@ -414,6 +448,27 @@ TEST_F(TrainCommandTest, CheckpointReshardsOntoOtherMeshes) {
             "to1x4");
   EXPECT_EQ(four.value("restored_step", int64_t{-1}), 5);
   ExpectClose(Losses(four), expected, 1e-5, "2x2 -> 1x4");
+
+  // Onto tensor parallelism with fsdp, then from it back onto one device.
+  fs::copy(RunDir("saved"), RunDir("totensor"), fs::copy_options::recursive);
+  nlohmann::json tensor =
+      Train({"run_name=totensor", "steps=10", "checkpoint_period=5",
+             "per_device_batch_size=2", "ici_fsdp_parallelism=2",
+             "ici_tensor_parallelism=2", "dcn_data_parallelism=1",
+             "--num_slices", "1", "--accelerator_type", "cpu-4"},
+            "totensor");
+  EXPECT_EQ(tensor.value("restored_step", int64_t{-1}), 5);
+  ExpectClose(Losses(tensor), expected, 1e-5, "2x2 -> fsdp 2 x tensor 2");
+  fs::remove_all(RunDir("totensor") + "/checkpoints/5");
+  fs::copy(RunDir("totensor"), RunDir("fromtensor"),
+           fs::copy_options::recursive);
+  nlohmann::json back =
+      Train({"run_name=fromtensor", "steps=12", "checkpoint_period=5",
+             "per_device_batch_size=8", "dcn_data_parallelism=1",
+             "--num_slices", "1", "--accelerator_type", "cpu-1"},
+            "fromtensor");
+  EXPECT_EQ(back.value("restored_step", int64_t{-1}), 10);
+  EXPECT_EQ(Losses(back).size(), 2u) << "tensor 2 -> 1x1";
 
   // Onto one v4-16 slice: 2 hosts of 4 devices, fsdp over all 8.
   nlohmann::json v4 =

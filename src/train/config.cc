@@ -54,7 +54,8 @@ const Field kFields[] = {
     {"ici_fsdp_parallelism", &TrainConfig::ici_fsdp_parallelism,
      "FSDP devices within a slice; -1 = the rest"},
     {"ici_tensor_parallelism", &TrainConfig::ici_tensor_parallelism,
-     "tensor-parallel devices within a slice; only 1 (not supported yet)"},
+     "tensor-parallel devices within a slice (Megatron: the attention heads "
+     "and the MLP split; must divide num_heads and mlp_dim); -1 = the rest"},
     {"dcn_data_parallelism", &TrainConfig::dcn_data_parallelism,
      "data-parallel slices; -1 = the rest"},
     {"dcn_pipeline_parallelism", &TrainConfig::dcn_pipeline_parallelism,
@@ -63,7 +64,8 @@ const Field kFields[] = {
     {"dcn_fsdp_parallelism", &TrainConfig::dcn_fsdp_parallelism,
      "FSDP slices; -1 = the rest"},
     {"dcn_tensor_parallelism", &TrainConfig::dcn_tensor_parallelism,
-     "tensor-parallel slices; only 1 (not supported yet)"},
+     "tensor-parallel slices (not recommended: tensor parallelism needs "
+     "much more bandwidth than DCN gives)"},
     {"vocab_size", &TrainConfig::vocab_size, "vocabulary size"},
     {"emb_dim", &TrainConfig::emb_dim, "model width; a multiple of num_heads"},
     {"num_heads", &TrainConfig::num_heads, "attention heads"},
@@ -363,22 +365,17 @@ Status CheckParallelism(const char* group, const ParallelismAxis (&axes)[3]) {
 }
 
 // MaxText's axes that `train` does not shard over yet: 1 (the no-op value)
-// and -1 (it resolves to 1 when another axis takes the rest; the mesh check
-// refuses it otherwise) pass, anything else is one sentence.
+// passes, anything else is one sentence.
 Status CheckUnsupportedAxes(const TrainConfig& c) {
   const ParallelismAxis axes[] = {
       {"ici_pipeline_parallelism", c.ici_pipeline_parallelism},
-      {"dcn_pipeline_parallelism", c.dcn_pipeline_parallelism},
-      {"ici_tensor_parallelism", c.ici_tensor_parallelism},
-      {"dcn_tensor_parallelism", c.dcn_tensor_parallelism}};
+      {"dcn_pipeline_parallelism", c.dcn_pipeline_parallelism}};
   for (const ParallelismAxis& axis : axes) {
-    const bool pipeline = std::strstr(axis.key, "pipeline") != nullptr;
-    if (axis.value == 1 || (!pipeline && axis.value == -1)) continue;
-    return InvalidArgument(
-        IntRangeError(axis.key, axis.value,
-                      std::string("1: multislice train does not support ") +
-                          (pipeline ? "pipeline" : "tensor") +
-                          " parallelism yet (it shards with data and fsdp)"));
+    if (axis.value == 1) continue;
+    return InvalidArgument(IntRangeError(
+        axis.key, axis.value,
+        "1: multislice train does not support pipeline parallelism yet (it "
+        "shards with data, fsdp and tensor)"));
   }
   return OkStatus();
 }
@@ -464,6 +461,20 @@ Status ValidateTrainConfig(const TrainConfig& c) {
   }
   RETURN_IF_ERROR(CheckAtLeast("num_decoder_layers", c.num_decoder_layers, 1));
   RETURN_IF_ERROR(CheckAtLeast("mlp_dim", c.mlp_dim, 1));
+  // Each tensor rank holds whole heads and an equal part of the MLP (-1
+  // resolves with the mesh; the launcher checks it then).
+  const int tensor = c.ici_tensor_parallelism * c.dcn_tensor_parallelism;
+  if (tensor > 0 && (c.num_heads % tensor != 0 || c.mlp_dim % tensor != 0)) {
+    return InvalidArgument(
+        "keys ici_tensor_parallelism (" +
+        std::to_string(c.ici_tensor_parallelism) +
+        ") x dcn_tensor_parallelism (" +
+        std::to_string(c.dcn_tensor_parallelism) + ") = " +
+        std::to_string(tensor) + ": expected a divisor of num_heads (" +
+        std::to_string(c.num_heads) + ") and of mlp_dim (" +
+        std::to_string(c.mlp_dim) +
+        "): each tensor rank holds whole heads and an equal part of the MLP");
+  }
   const double kInfinity = HUGE_VAL;
   RETURN_IF_ERROR(CheckNumber("learning_rate", c.learning_rate, 0, false,
                               kInfinity, false));

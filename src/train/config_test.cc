@@ -404,12 +404,18 @@ TEST_F(ConfigTest, ValidationOfParallelism) {
   config = TrainConfig();
   config.ici_fsdp_parallelism = 2;
   config.ici_tensor_parallelism = 4;
-  // A valid mesh, but train does not shard over tensor (see
-  // UnsupportedAxesTest).
+  EXPECT_TRUE(ValidateTrainConfig(config).ok());  // 4 heads, mlp_dim 1024
+  config.ici_tensor_parallelism = 3;
   EXPECT_EQ(ValidateError(config),
-            "key 'ici_tensor_parallelism' = 4: expected 1: multislice train "
-            "does not support tensor parallelism yet (it shards with data and "
-            "fsdp)");
+            "keys ici_tensor_parallelism (3) x dcn_tensor_parallelism (1) = "
+            "3: expected a divisor of num_heads (4) and of mlp_dim (1024): "
+            "each tensor rank holds whole heads and an equal part of the MLP");
+  config.ici_tensor_parallelism = 2;
+  config.dcn_tensor_parallelism = 4;
+  EXPECT_EQ(ValidateError(config),
+            "keys ici_tensor_parallelism (2) x dcn_tensor_parallelism (4) = "
+            "8: expected a divisor of num_heads (4) and of mlp_dim (1024): "
+            "each tensor rank holds whole heads and an equal part of the MLP");
 }
 
 TEST_F(ConfigTest, DescribeListsEveryKeyWithItsDefault) {
@@ -433,8 +439,8 @@ namespace {
 // Issue 13 (first-hour trap): `multislice plan` recommends
 // "dcn_data_parallelism=2 dcn_fsdp_parallelism=1 dcn_pipeline_parallelism=1
 // dcn_tensor_parallelism=1" and train refused dcn_pipeline_parallelism as an
-// unknown key. The no-op value 1 of MaxText's pipeline and tensor axes is
-// accepted; anything above is one sentence saying it is not supported yet.
+// unknown key. The no-op value 1 of MaxText's pipeline axes is accepted;
+// anything else is one sentence saying it is not supported yet.
 TEST(UnsupportedAxesTest, PlanLinePastesInAndAboveOneIsNotSupportedYet) {
   TempDir dir;
   const std::string yaml = dir.path() + "/empty.yml";
@@ -450,18 +456,12 @@ TEST(UnsupportedAxesTest, PlanLinePastesInAndAboveOneIsNotSupportedYet) {
   const std::vector<std::pair<std::string, std::string>> refused = {
       {"dcn_pipeline_parallelism=2",
        "key 'dcn_pipeline_parallelism' = 2: expected 1: multislice train "
-       "does not support pipeline parallelism yet (it shards with data and "
-       "fsdp)"},
+       "does not support pipeline parallelism yet (it shards with data, "
+       "fsdp and tensor)"},
       {"ici_pipeline_parallelism=-1",
        "key 'ici_pipeline_parallelism' = -1: expected 1: multislice train "
-       "does not support pipeline parallelism yet (it shards with data and "
-       "fsdp)"},
-      {"ici_tensor_parallelism=4",
-       "key 'ici_tensor_parallelism' = 4: expected 1: multislice train does "
-       "not support tensor parallelism yet (it shards with data and fsdp)"},
-      {"dcn_tensor_parallelism=2",
-       "key 'dcn_tensor_parallelism' = 2: expected 1: multislice train does "
-       "not support tensor parallelism yet (it shards with data and fsdp)"},
+       "does not support pipeline parallelism yet (it shards with data, "
+       "fsdp and tensor)"},
   };
   for (const auto& [override_text, expected] : refused) {
     Result<TrainConfig> config = LoadTrainConfig(yaml, {override_text});

@@ -1,5 +1,9 @@
 #include "train/parallel_plan.h"
 
+#include <algorithm>
+
+#include "compute/adamw.h"
+#include "model/tensor_shard.h"
 #include "train/gradient_buckets.h"
 
 namespace multislice::train {
@@ -7,7 +11,7 @@ namespace {
 
 using runtime::DType;
 
-const runtime::Axes kAll = {"data", "fsdp"};
+const runtime::Axes kAll = {"data", "fsdp", "tensor"};
 
 // The smallest all-reduce of the gradient the backward pass starts (64 Ki
 // floats, 256 KiB): a layer of the quickstart model is one bucket; LayerNorm
@@ -16,21 +20,82 @@ constexpr int64_t kGradientBucketElements = int64_t{1} << 16;
 
 }  // namespace
 
-Result<ParallelPlan> ParallelPlan::Create(runtime::DeviceCollectives& coll,
-                                          int64_t num_parameters) {
-  ASSIGN_OR_RETURN(const runtime::AxisGroup* fsdp, coll.Group({"fsdp"}));
-  ASSIGN_OR_RETURN(const runtime::AxisGroup* data, coll.Group({"data"}));
-  return ParallelPlan(coll, fsdp, data, num_parameters);
+ParallelPlan::ParallelPlan(runtime::DeviceCollectives& coll, int64_t n)
+    : coll_(&coll), n_(n) {}
+
+Status ParallelPlan::FindGroups() {
+  ASSIGN_OR_RETURN(fsdp_, coll_->Group({"fsdp"}));
+  ASSIGN_OR_RETURN(data_, coll_->Group({"data"}));
+  ASSIGN_OR_RETURN(tensor_, coll_->Group({"tensor"}));
+  ASSIGN_OR_RETURN(batch_, coll_->Group({"data", "fsdp"}));
+  return OkStatus();
 }
 
-ParallelPlan::ParallelPlan(runtime::DeviceCollectives& coll,
-                           const runtime::AxisGroup* fsdp,
-                           const runtime::AxisGroup* data, int64_t n)
-    : coll_(&coll), fsdp_(fsdp), data_(data), n_(n) {
+void ParallelPlan::Partition() {
   const comm::Segment seg =
-      comm::PartitionSegment(static_cast<size_t>(n), fsdp->size, fsdp->rank);
+      comm::PartitionSegment(static_cast<size_t>(n_), fsdp_->size, fsdp_->rank);
   begin_ = static_cast<int64_t>(seg.offset);
   count_ = static_cast<int64_t>(seg.count);
+}
+
+Result<ParallelPlan> ParallelPlan::Create(runtime::DeviceCollectives& coll,
+                                          int64_t num_parameters) {
+  ParallelPlan plan(coll, num_parameters);
+  RETURN_IF_ERROR(plan.FindGroups());
+  if (plan.tensor_size() != 1) {
+    return InvalidArgument(
+        "tensor parallelism " + std::to_string(plan.tensor_size()) +
+        ": a flat buffer without a model cannot be split over the tensor axis");
+  }
+  plan.Partition();
+  return plan;
+}
+
+Result<ParallelPlan> ParallelPlan::Create(runtime::DeviceCollectives& coll,
+                                          const model::gpt::GptConfig& model) {
+  ParallelPlan plan(coll, 0);
+  RETURN_IF_ERROR(plan.FindGroups());
+  const int t = plan.tensor_size();
+  RETURN_IF_ERROR(model::gpt::ValidateTensorParallelism(model, t));
+  plan.n_ = model::gpt::NumParameters(model, t);
+  plan.Partition();
+  if (t == 1) return plan;
+  const int64_t end = plan.begin_ + plan.count_;
+  for (const model::gpt::ParamTensor& p :
+       model::gpt::ParameterLayout(model, t)) {
+    if (!model::gpt::IsReplicatedTensor(p.name)) continue;
+    const int64_t lo = std::max(p.offset, plan.begin_);
+    const int64_t hi = std::min(p.offset + p.size, end);
+    if (lo < hi)
+      plan.replicated_.emplace_back(lo - plan.begin_, hi - plan.begin_);
+  }
+  return plan;
+}
+
+model::gpt::TensorParallel ParallelPlan::ModelTensor() {
+  model::gpt::TensorParallel tp;
+  tp.size = tensor_->size;
+  tp.rank = tensor_->rank;
+  runtime::DeviceCollectives* coll = coll_;
+  tp.all_reduce = [coll](float* buf, int64_t count) {
+    return coll
+        ->AllReduce({"tensor"}, buf, buf, static_cast<size_t>(count),
+                    DType::kF32, runtime::ReduceOp::kSum, "activations")
+        .Wait();
+  };
+  return tp;
+}
+
+double ParallelPlan::ShardSquaredNorm(const float* gradient) const {
+  double sum = compute::SumOfSquares(gradient, count_);
+  // The replicated values' share: all t ranks add them, so each adds 1/t.
+  double replicated = 0;
+  for (auto [lo, hi] : replicated_) {
+    replicated += compute::SumOfSquares(gradient + lo, hi - lo);
+  }
+  const double t = tensor_->size;
+  sum -= replicated * (t - 1) / t;
+  return sum / data_->size;
 }
 
 DeviceBuffers ParallelPlan::Allocate() const {

@@ -1,10 +1,14 @@
 // The parallel plan of one device: which shard of the training state it
 // holds and which collectives a training step issues, derived from the mesh.
 //
-// Sharding (ZeRO-3 style, on the flat parameter buffer of N values): fsdp
-// rank r of f owns comm::PartitionSegment(N, f, r) of the f32 master
-// weights and of the AdamW moments; data replicas hold the same shards. A
-// step:
+// Tensor parallelism (Megatron, model/tensor_shard.h): the devices of a
+// tensor group hold the parts of one model replica (the flat buffer of N
+// values is the tensor rank's, ParameterLayout(model, t)), see the same rows
+// of the batch, and the model all-reduces activations over the group.
+//
+// Sharding (ZeRO-3 style, on that flat buffer): fsdp rank r of f owns
+// comm::PartitionSegment(N, f, r) of the f32 master weights and of the
+// AdamW moments; data replicas hold the same shards. A step:
 //   GatherWeights     all-gather of the weights over fsdp (nothing when f = 1:
 //                     the shard is the whole buffer and is used in place);
 //   ReduceGradients   the backward pass, then the gradient summed over fsdp
@@ -20,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -41,16 +46,36 @@ struct DeviceBuffers {
 
 class ParallelPlan {
  public:
-  // The plan of coll's device for a model of num_parameters values.
+  // The plan of coll's device for `model`, split over the mesh's tensor
+  // axis (kInvalidArgument when it does not divide the heads and the MLP).
+  static Result<ParallelPlan> Create(runtime::DeviceCollectives& coll,
+                                     const model::gpt::GptConfig& model);
+  // For a flat buffer of num_parameters values without a model (no tensor
+  // axis larger than 1).
   static Result<ParallelPlan> Create(runtime::DeviceCollectives& coll,
                                      int64_t num_parameters);
 
-  int64_t num_parameters() const { return n_; }
+  int64_t num_parameters() const { return n_; }  // the tensor rank's
   int64_t shard_begin() const { return begin_; }
   int64_t shard_count() const { return count_; }
   bool sharded() const { return fsdp_->size > 1; }
   int data_rank() const { return data_->rank; }
   int data_size() const { return data_->size; }
+  int tensor_rank() const { return tensor_->rank; }
+  int tensor_size() const { return tensor_->size; }
+  // This device's part of the batch: the tensor group's index over data and
+  // fsdp, of batch_shards().
+  int batch_shard() const { return batch_->rank; }
+  int batch_shards() const { return batch_->size; }
+
+  // What the model needs for its tensor all-reduces (model/gpt.h).
+  model::gpt::TensorParallel ModelTensor();
+
+  // The squared norm of the gradient this device's shard adds to the
+  // model's over every device: the shard's, with the values the tensor
+  // ranks all hold (replicated tensors) counted 1/t each, and divided by
+  // the data replicas that hold the same shard.
+  double ShardSquaredNorm(const float* gradient) const;
 
   DeviceBuffers Allocate() const;
 
@@ -74,13 +99,19 @@ class ParallelPlan {
   Status BroadcastOverData(int root, float* buf, const std::string& label);
 
  private:
-  ParallelPlan(runtime::DeviceCollectives& coll, const runtime::AxisGroup* fsdp,
-               const runtime::AxisGroup* data, int64_t n);
+  ParallelPlan(runtime::DeviceCollectives& coll, int64_t n);
+  Status FindGroups();
+  void Partition();  // the fsdp shard of n_
 
   runtime::DeviceCollectives* coll_;
-  const runtime::AxisGroup* fsdp_;
-  const runtime::AxisGroup* data_;
+  const runtime::AxisGroup* fsdp_ = nullptr;
+  const runtime::AxisGroup* data_ = nullptr;
+  const runtime::AxisGroup* tensor_ = nullptr;
+  const runtime::AxisGroup* batch_ = nullptr;  // data and fsdp
   int64_t n_, begin_ = 0, count_ = 0;
+  // The shard's ranges [begin, end) (shard positions) of replicated tensors;
+  // empty without tensor parallelism.
+  std::vector<std::pair<int64_t, int64_t>> replicated_;
 };
 
 }  // namespace multislice::train

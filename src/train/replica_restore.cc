@@ -3,6 +3,8 @@
 #include <cstring>
 #include <string>
 
+#include "train/train_state.h"
+
 namespace multislice::train {
 namespace {
 
@@ -16,10 +18,10 @@ bool FindShard(const RestoredState* replica, const ParallelPlan& plan,
       replica->metadata["iterator"].value("global_rows", 0) != global_rows) {
     return false;
   }
-  const std::string at = "." + std::to_string(plan.shard_begin());
-  const char* names[3] = {"params", "adam_m", "adam_v"};
+  const char* kinds[3] = {"params", "adam_m", "adam_v"};
   for (int i = 0; i < 3; ++i) {
-    auto it = replica->blobs.find(names[i] + at);
+    auto it = replica->blobs.find(ShardBlobName(
+        kinds[i], plan.shard_begin(), plan.tensor_rank(), plan.tensor_size()));
     if (it == replica->blobs.end() ||
         it->second.data.size() !=
             static_cast<size_t>(plan.shard_count()) * sizeof(float)) {

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <utility>
+
+#include "model/tensor_shard.h"
 
 namespace multislice::train {
 namespace {
@@ -29,13 +32,22 @@ Result<int64_t> GetInt(const nlohmann::json& json, const char* field,
 
 }  // namespace
 
+std::string ShardBlobName(const std::string& kind, int64_t begin,
+                          int tensor_rank, int tensor_size) {
+  if (tensor_size == 1) return kind + "." + std::to_string(begin);
+  return kind + ".t" + std::to_string(tensor_rank) + "." +
+         std::to_string(begin);
+}
+
 std::vector<Blob> ShardBlobs(const std::vector<StateShard>& shards) {
   std::vector<Blob> blobs;
   for (const StateShard& s : shards) {
-    const std::string at = "." + std::to_string(s.begin);
-    blobs.push_back(FloatBlob("params" + at, s.params, s.count));
-    blobs.push_back(FloatBlob("adam_m" + at, s.adam_m, s.count));
-    blobs.push_back(FloatBlob("adam_v" + at, s.adam_v, s.count));
+    auto name = [&](const char* kind) {
+      return ShardBlobName(kind, s.begin, s.tensor_rank, s.tensor_size);
+    };
+    blobs.push_back(FloatBlob(name("params"), s.params, s.count));
+    blobs.push_back(FloatBlob(name("adam_m"), s.adam_m, s.count));
+    blobs.push_back(FloatBlob(name("adam_v"), s.adam_v, s.count));
   }
   return blobs;
 }
@@ -44,27 +56,32 @@ nlohmann::json StateMetadata(int64_t step, const model::gpt::GptConfig& model,
                              const std::vector<std::string>& axis_names,
                              const std::vector<int>& mesh_shape, int num_slices,
                              const std::vector<StateShard>& shards,
-                             const IteratorState& iterator) {
+                             const IteratorState& iterator,
+                             int tensor_parallelism) {
   nlohmann::json shard_list = nlohmann::json::array();
   for (const StateShard& s : shards) {
-    shard_list.push_back({{"begin", s.begin}, {"count", s.count}});
+    nlohmann::json entry = {{"begin", s.begin}, {"count", s.count}};
+    if (tensor_parallelism > 1) entry["tensor_rank"] = s.tensor_rank;
+    shard_list.push_back(std::move(entry));
   }
-  return {{"format_version", kTrainStateFormatVersion},
-          {"step", step},
-          {"num_params", model::gpt::NumParameters(model)},
-          {"model",
-           {{"vocab_size", model.vocab_size},
-            {"max_seq_len", model.max_seq_len},
-            {"emb_dim", model.emb_dim},
-            {"num_heads", model.num_heads},
-            {"num_layers", model.num_layers},
-            {"mlp_dim", model.mlp_dim}}},
-          {"mesh",
-           {{"axis_names", axis_names},
-            {"shape", mesh_shape},
-            {"num_slices", num_slices}}},
-          {"shards", shard_list},
-          {"iterator", IteratorStateToJson(iterator)}};
+  nlohmann::json meta = {{"format_version", kTrainStateFormatVersion},
+                         {"step", step},
+                         {"num_params", model::gpt::NumParameters(model)},
+                         {"model",
+                          {{"vocab_size", model.vocab_size},
+                           {"max_seq_len", model.max_seq_len},
+                           {"emb_dim", model.emb_dim},
+                           {"num_heads", model.num_heads},
+                           {"num_layers", model.num_layers},
+                           {"mlp_dim", model.mlp_dim}}},
+                         {"mesh",
+                          {{"axis_names", axis_names},
+                           {"shape", mesh_shape},
+                           {"num_slices", num_slices}}},
+                         {"shards", shard_list},
+                         {"iterator", IteratorStateToJson(iterator)}};
+  if (tensor_parallelism > 1) meta["tensor_parallelism"] = tensor_parallelism;
+  return meta;
 }
 
 Result<model::gpt::GptConfig> ModelFromJson(const nlohmann::json& json) {
@@ -89,14 +106,84 @@ Result<model::gpt::GptConfig> ModelFromJson(const nlohmann::json& json) {
   return c;
 }
 
+namespace {
+
+// One tensor rank's flat buffers while a checkpoint is reassembled, and the
+// ranges its shards covered.
+struct RankBuffers {
+  std::vector<float> params, adam_m, adam_v;
+  std::map<int64_t, int64_t> covered;  // begin -> end
+};
+
+// Reads one host's shards into the ranks' buffers.
+Status ReadShards(const RestoredState& restored, const std::string& where,
+                  int tensor_size, std::vector<RankBuffers>& ranks) {
+  const nlohmann::json& meta = restored.metadata;
+  auto shards = meta.find("shards");
+  if (shards == meta.end() || !shards->is_array()) {
+    return InvalidArgument(where + ": metadata has no 'shards' list");
+  }
+  for (const nlohmann::json& s : *shards) {
+    ASSIGN_OR_RETURN(int64_t begin, GetInt(s, "begin", where));
+    ASSIGN_OR_RETURN(int64_t count, GetInt(s, "count", where));
+    int64_t rank = 0;
+    if (tensor_size > 1) {
+      ASSIGN_OR_RETURN(rank, GetInt(s, "tensor_rank", where));
+    }
+    if (rank < 0 || rank >= tensor_size) {
+      return InvalidArgument(where + ": shard tensor_rank " +
+                             std::to_string(rank) + " is outside [0, " +
+                             std::to_string(tensor_size) + ")");
+    }
+    RankBuffers& r = ranks[static_cast<size_t>(rank)];
+    const auto n = static_cast<int64_t>(r.params.size());
+    if (begin < 0 || count < 0 || begin + count > n) {
+      return InvalidArgument(where + ": shard [" + std::to_string(begin) +
+                             ", " + std::to_string(begin + count) +
+                             ") is outside the " + std::to_string(n) +
+                             " parameters");
+    }
+    for (auto [kind, target] :
+         {std::pair{"params", &r.params}, std::pair{"adam_m", &r.adam_m},
+          std::pair{"adam_v", &r.adam_v}}) {
+      const std::string name =
+          ShardBlobName(kind, begin, static_cast<int>(rank), tensor_size);
+      auto blob = restored.blobs.find(name);
+      if (blob == restored.blobs.end() ||
+          blob->second.data.size() !=
+              static_cast<size_t>(count) * sizeof(float)) {
+        return InvalidArgument(where + ": blob '" + name +
+                               "' is missing or not " + std::to_string(count) +
+                               " f32 values");
+      }
+      std::memcpy(target->data() + begin, blob->second.data.data(),
+                  blob->second.data.size());
+    }
+    r.covered[begin] = std::max(r.covered[begin], begin + count);
+  }
+  return OkStatus();
+}
+
+// The first element no shard covered, or the size when all are.
+int64_t CoveredUpTo(const RankBuffers& r) {
+  int64_t reached = 0;
+  for (auto [begin, end] : r.covered) {
+    if (begin > reached) break;
+    reached = std::max(reached, end);
+  }
+  return reached;
+}
+
+}  // namespace
+
 Result<FullState> LoadFullState(const CheckpointManager& manager,
                                 int64_t step) {
   ASSIGN_OR_RETURN(int hosts, manager.HostCount(step));
   FullState state;
   state.step = step;
   int64_t num_params = -1;
-  // Covered ranges, to prove every element was restored.
-  std::map<int64_t, int64_t> covered;  // begin -> end
+  int tensor_size = 1;
+  std::vector<RankBuffers> ranks;
   for (int host = 0; host < hosts; ++host) {
     ASSIGN_OR_RETURN(RestoredState restored, manager.Restore(step, host));
     const nlohmann::json& meta = restored.metadata;
@@ -110,6 +197,10 @@ Result<FullState> LoadFullState(const CheckpointManager& manager,
                              std::to_string(kTrainStateFormatVersion) + ")");
     }
     ASSIGN_OR_RETURN(int64_t n, GetInt(meta, "num_params", where));
+    int64_t t = 1;
+    if (meta.contains("tensor_parallelism")) {
+      ASSIGN_OR_RETURN(t, GetInt(meta, "tensor_parallelism", where));
+    }
     if (host == 0) {
       ASSIGN_OR_RETURN(state.model, ModelFromJson(meta.contains("model")
                                                       ? meta["model"]
@@ -121,60 +212,66 @@ Result<FullState> LoadFullState(const CheckpointManager& manager,
             " does not match the model's " +
             std::to_string(model::gpt::NumParameters(state.model)));
       }
-      state.params.assign(static_cast<size_t>(n), 0.0f);
-      state.adam_m.assign(static_cast<size_t>(n), 0.0f);
-      state.adam_v.assign(static_cast<size_t>(n), 0.0f);
+      if (t < 1 || t > 4096 ||
+          !model::gpt::ValidateTensorParallelism(state.model,
+                                                 static_cast<int>(t))
+               .ok()) {
+        return InvalidArgument(where + ": tensor_parallelism " +
+                               std::to_string(t) + " does not split the model");
+      }
+      tensor_size = static_cast<int>(t);
+      const auto local = static_cast<size_t>(
+          model::gpt::NumParameters(state.model, tensor_size));
+      ranks.resize(static_cast<size_t>(tensor_size));
+      for (RankBuffers& r : ranks) {
+        r.params.assign(local, 0.0f);
+        r.adam_m.assign(local, 0.0f);
+        r.adam_v.assign(local, 0.0f);
+      }
       auto it = meta.find("iterator");
       if (it == meta.end()) {
         return InvalidArgument(where + ": metadata has no 'iterator'");
       }
       ASSIGN_OR_RETURN(state.iterator, IteratorStateFromJson(*it));
       state.saved_mesh = meta.value("mesh", nlohmann::json::object());
-    } else if (n != num_params) {
+    } else if (n != num_params || t != tensor_size) {
       return InvalidArgument(where + ": num_params " + std::to_string(n) +
-                             " differs from host 0's " +
-                             std::to_string(num_params));
+                             " and "
+                             "tensor_parallelism " +
+                             std::to_string(t) + " differ from host 0's " +
+                             std::to_string(num_params) + " and " +
+                             std::to_string(tensor_size));
     }
-    auto shards = meta.find("shards");
-    if (shards == meta.end() || !shards->is_array()) {
-      return InvalidArgument(where + ": metadata has no 'shards' list");
-    }
-    for (const nlohmann::json& s : *shards) {
-      ASSIGN_OR_RETURN(int64_t begin, GetInt(s, "begin", where));
-      ASSIGN_OR_RETURN(int64_t count, GetInt(s, "count", where));
-      if (begin < 0 || count < 0 || begin + count > num_params) {
-        return InvalidArgument(where + ": shard [" + std::to_string(begin) +
-                               ", " + std::to_string(begin + count) +
-                               ") is outside the " +
-                               std::to_string(num_params) + " parameters");
-      }
-      const std::string at = "." + std::to_string(begin);
-      for (auto [name, target] : {std::pair{"params", &state.params},
-                                  std::pair{"adam_m", &state.adam_m},
-                                  std::pair{"adam_v", &state.adam_v}}) {
-        auto blob = restored.blobs.find(name + at);
-        if (blob == restored.blobs.end() ||
-            blob->second.data.size() !=
-                static_cast<size_t>(count) * sizeof(float)) {
-          return InvalidArgument(where + ": blob '" + name + at +
-                                 "' is missing or not " +
-                                 std::to_string(count) + " f32 values");
-        }
-        std::memcpy(target->data() + begin, blob->second.data.data(),
-                    blob->second.data.size());
-      }
-      covered[begin] = std::max(covered[begin], begin + count);
+    RETURN_IF_ERROR(ReadShards(restored, where, tensor_size, ranks));
+  }
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const int64_t reached = CoveredUpTo(ranks[r]);
+    if (reached < static_cast<int64_t>(ranks[r].params.size())) {
+      return InvalidArgument(
+          "checkpoint step " + std::to_string(step) + ": parameters [" +
+          std::to_string(reached) + ", ...) " +
+          (tensor_size > 1 ? "of tensor rank " + std::to_string(r) + " " : "") +
+          "are in no host's shards");
     }
   }
-  int64_t reached = 0;
-  for (auto [begin, end] : covered) {
-    if (begin > reached) break;
-    reached = std::max(reached, end);
+  if (tensor_size == 1) {
+    state.params = std::move(ranks[0].params);
+    state.adam_m = std::move(ranks[0].adam_m);
+    state.adam_v = std::move(ranks[0].adam_v);
+    return state;
   }
-  if (reached < num_params) {
-    return InvalidArgument("checkpoint step " + std::to_string(step) +
-                           ": parameters [" + std::to_string(reached) +
-                           ", ...) are in no host's shards");
+  const auto whole = static_cast<size_t>(num_params);
+  state.params.assign(whole, 0.0f);
+  state.adam_m.assign(whole, 0.0f);
+  state.adam_v.assign(whole, 0.0f);
+  for (int r = 0; r < tensor_size; ++r) {
+    const RankBuffers& b = ranks[static_cast<size_t>(r)];
+    model::gpt::InsertTensorShard(state.model, tensor_size, r, b.params.data(),
+                                  state.params.data());
+    model::gpt::InsertTensorShard(state.model, tensor_size, r, b.adam_m.data(),
+                                  state.adam_m.data());
+    model::gpt::InsertTensorShard(state.model, tensor_size, r, b.adam_v.data(),
+                                  state.adam_v.data());
   }
   return state;
 }

@@ -18,11 +18,17 @@
 //    "shards": [{"begin": b, "count": c}, ...],
 //    "iterator": <IteratorState JSON>}
 //
+// With tensor parallelism t > 1 (model/tensor_shard.h) the flat buffer is a
+// tensor rank's own (ParameterLayout(model, t)): the metadata also holds
+// "tensor_parallelism": t, each shard its "tensor_rank", and the blobs are
+// "params.t<rank>.<begin>" etc.
+//
 // Restoring reads every host's file of the step and reassembles the full
-// buffers, so a checkpoint saved on one mesh restores on any other (another
-// fsdp/data split, another number of slices or hosts): each device then
-// takes its own new shard. Every element must be covered by some shard, or
-// the restore fails naming the first missing range.
+// buffers (each tensor rank's, then the whole model's from them), so a
+// checkpoint saved on one mesh restores on any other (another fsdp/data split,
+// another number of slices or hosts): each device then takes its own new shard.
+// Every element must be covered by some shard, or the restore fails naming the
+// first missing range.
 #pragma once
 
 #include <cstdint>
@@ -47,7 +53,15 @@ struct StateShard {
   const float* adam_m = nullptr;
   const float* adam_v = nullptr;
   int64_t count = 0;
+  // The tensor rank whose flat buffer `begin` counts in, of tensor_size.
+  int tensor_rank = 0;
+  int tensor_size = 1;
 };
+
+// The name of a shard's blob of `kind` ("params", "adam_m", "adam_v"):
+// "params.<begin>", or "params.t<rank>.<begin>" under tensor parallelism.
+std::string ShardBlobName(const std::string& kind, int64_t begin,
+                          int tensor_rank, int tensor_size);
 
 // The blobs of `shards` (copied: this is the copy out of the device buffers
 // that blocks training during an asynchronous save).
@@ -58,7 +72,8 @@ nlohmann::json StateMetadata(int64_t step, const model::gpt::GptConfig& model,
                              const std::vector<std::string>& axis_names,
                              const std::vector<int>& mesh_shape, int num_slices,
                              const std::vector<StateShard>& shards,
-                             const IteratorState& iterator);
+                             const IteratorState& iterator,
+                             int tensor_parallelism = 1);
 
 // The whole training state of one step, unsharded.
 struct FullState {

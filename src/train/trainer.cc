@@ -22,6 +22,7 @@
 #include "compute/matmul.h"
 #include "model/gpt.h"
 #include "model/schedule.h"
+#include "model/tensor_shard.h"
 #include "runtime/comm/types.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -116,16 +117,16 @@ std::function<Status()> StoreBarrier(runtime::Runtime& rt) {
   };
 }
 
-// A device's iterator over `file`: its per_device_batch_size rows of the
-// global batch (device id order), the run's seed plus seed_offset.
+// A device's iterator over `file`: its `rows` rows of the global batch,
+// those of batch shard `shard`, with the run's seed plus seed_offset.
 Result<DataIterator> OpenData(const TrainConfig& config,
                               const std::string& file, int global_rows,
-                              int device_id, uint64_t seed_offset) {
+                              int shard, int rows, uint64_t seed_offset) {
   DataIteratorOptions o;
   o.token_file = file;
   o.global_rows = global_rows;
-  o.row_begin = device_id * config.per_device_batch_size;
-  o.rows = config.per_device_batch_size;
+  o.row_begin = shard * rows;
+  o.rows = rows;
   o.seq_len = config.max_target_length;
   o.seed = static_cast<uint64_t>(config.seed) + seed_offset;
   return DataIterator::Create(o);
@@ -248,8 +249,9 @@ class Trainer {
     ShardOptimizer optimizer;
     int64_t start_step;
     StateShard shard() const {
-      return {plan.shard_begin(), state.shard.data(), state.adam_m.data(),
-              state.adam_v.data(), plan.shard_count()};
+      return {plan.shard_begin(),  state.shard.data(), state.adam_m.data(),
+              state.adam_v.data(), plan.shard_count(), plan.tensor_rank(),
+              plan.tensor_size()};
     }
   };
   struct StepResult {
@@ -263,6 +265,8 @@ class Trainer {
   StateSaverOptions SaverOptions();
   Status TrainOnDevice(int local);
   Result<std::unique_ptr<Device>> StartDevice(int local);
+  int RowsPerDevice(const ParallelPlan& plan) const;
+  void InitShard(const ParallelPlan& plan, DeviceBuffers& state) const;
   Status RestoreReplica(Device& d);
   Result<StepResult> TrainStep(Device& d, int64_t step);
   Result<double> Evaluate(Device& d);
@@ -302,14 +306,6 @@ Trainer::Trainer(runtime::Runtime& rt, const TrainerOptions& options,
 Status Trainer::Run() {
   RETURN_IF_ERROR(model::gpt::ValidateConfig(model_));
   num_parameters_ = model::gpt::NumParameters(model_);
-  for (size_t a = 0; a < rt_.mesh().axis_names.size(); ++a) {
-    if (rt_.mesh().axis_names[a] == "tensor" && rt_.mesh().shape[a] != 1) {
-      return InvalidArgument(
-          "tensor parallelism " + std::to_string(rt_.mesh().shape[a]) +
-          ": multislice train shards with data and fsdp only; set "
-          "ici_tensor_parallelism and dcn_tensor_parallelism to 1");
-    }
-  }
   RETURN_IF_ERROR(RestoreCheckpoint());
   OpenReplicas();
   reporter_ = std::make_unique<Reporter>(
@@ -365,19 +361,19 @@ Result<Trainer::StepResult> Trainer::TrainStep(Device& d, int64_t step) {
   ASSIGN_OR_RETURN(
       float loss,
       d.gpt.Forward(d.state.weights, batch.inputs.data(), batch.targets.data(),
-                    config_.per_device_batch_size, config_.max_target_length));
+                    RowsPerDevice(d.plan), config_.max_target_length));
   RETURN_IF_ERROR(d.plan.ReduceGradients(
       [&](const model::gpt::GptModel::GradientReady& ready, float* grads) {
         return d.gpt.Backward(d.state.weights, grads, ready);
       },
       d.state));
   // The mean loss and the squared norm of the summed gradient, in one
-  // all-reduce (data replicas hold equal shards: each adds 1/data).
-  const double sumsq =
-      compute::SumOfSquares(d.state.gradient, d.plan.shard_count());
-  float stats[3] = {loss * (1.0f / static_cast<float>(num_devices_)),
-                    static_cast<float>(sumsq / d.plan.data_size()),
-                    saver_->FaultFlag(d.local)};
+  // all-reduce (data replicas hold equal shards: each adds 1/data; the
+  // tensor ranks of a group have equal losses and replicated values).
+  float stats[3] = {
+      loss * (1.0f / static_cast<float>(num_devices_)),
+      static_cast<float>(d.plan.ShardSquaredNorm(d.state.gradient)),
+      saver_->FaultFlag(d.local)};
   RETURN_IF_ERROR(d.plan.ReduceOverAll(stats, 3, "loss-and-norm"));
   StepResult r;
   if (stats[2] > 0) {
@@ -401,11 +397,10 @@ Result<double> Trainer::Evaluate(Device& d) {
   float sum = 0;
   for (int k = 0; k < config_.eval_batches; ++k) {
     const Batch batch = d.val_data.At(k);
-    ASSIGN_OR_RETURN(
-        float loss,
-        d.gpt.Forward(d.state.weights, batch.inputs.data(),
-                      batch.targets.data(), config_.per_device_batch_size,
-                      config_.max_target_length));
+    ASSIGN_OR_RETURN(float loss,
+                     d.gpt.Forward(d.state.weights, batch.inputs.data(),
+                                   batch.targets.data(), RowsPerDevice(d.plan),
+                                   config_.max_target_length));
     sum += loss;
   }
   float mean = sum / static_cast<float>(config_.eval_batches * num_devices_);
@@ -422,40 +417,71 @@ void Trainer::Report(Device& d, StepRecord& r) {
   if (r.val_loss) reporter_->Plot();
 }
 
-// The device's plan, state (restored, from a replica, or initialised),
-// data and model; the step every device resumes after.
-Result<std::unique_ptr<Trainer::Device>> Trainer::StartDevice(int local) {
-  const int device_id = rt_.local_devices()[local];
-  ASSIGN_OR_RETURN(
-      ParallelPlan plan,
-      ParallelPlan::Create(rt_.collectives(local), num_parameters_));
-  DeviceBuffers state = plan.Allocate();
+// The rows of the batch each device trains on: its tensor group's share
+// (MaxText: the batch is split over data and fsdp, not over tensor).
+int Trainer::RowsPerDevice(const ParallelPlan& plan) const {
+  return config_.per_device_batch_size * plan.tensor_size();
+}
+
+// The device's shard of the restored checkpoint, or of the initial weights
+// (the whole model's, the tensor rank's part of them).
+void Trainer::InitShard(const ParallelPlan& plan, DeviceBuffers& state) const {
   const int64_t begin = plan.shard_begin(), count = plan.shard_count();
+  const int t = plan.tensor_size();
+  auto take = [&](const std::vector<float>& whole, std::vector<float>& out) {
+    if (t == 1) {
+      std::copy_n(whole.begin() + begin, count, out.begin());
+      return;
+    }
+    std::vector<float> local(static_cast<size_t>(plan.num_parameters()));
+    model::gpt::ExtractTensorShard(model_, t, plan.tensor_rank(), whole.data(),
+                                   local.data());
+    std::copy_n(local.begin() + begin, count, out.begin());
+  };
   if (restored_) {
-    std::copy_n(restored_->params.begin() + begin, count, state.shard.begin());
-    std::copy_n(restored_->adam_m.begin() + begin, count, state.adam_m.begin());
-    std::copy_n(restored_->adam_v.begin() + begin, count, state.adam_v.begin());
-  } else {
+    take(restored_->params, state.shard);
+    take(restored_->adam_m, state.adam_m);
+    take(restored_->adam_v, state.adam_v);
+  } else if (t == 1) {
     model::gpt::InitParameters(model_, static_cast<uint64_t>(config_.seed),
                                state.weights);
     if (plan.sharded()) {
       std::copy_n(state.full.begin() + begin, count, state.shard.begin());
     }
+  } else {
+    std::vector<float> whole(static_cast<size_t>(num_parameters_));
+    model::gpt::InitParameters(model_, static_cast<uint64_t>(config_.seed),
+                               whole.data());
+    take(whole, state.shard);
   }
+}
+
+// The device's plan, state (restored, from a replica, or initialised),
+// data and model; the step every device resumes after.
+Result<std::unique_ptr<Trainer::Device>> Trainer::StartDevice(int local) {
+  ASSIGN_OR_RETURN(ParallelPlan plan,
+                   ParallelPlan::Create(rt_.collectives(local), model_));
+  DeviceBuffers state = plan.Allocate();
+  InitShard(plan, state);
+  const int rows = RowsPerDevice(plan);
   ASSIGN_OR_RETURN(DataIterator train_data,
                    OpenData(config_, options_.dataset_dir + "/train.bin",
-                            global_rows_, device_id, 0));
+                            global_rows_, plan.batch_shard(), rows, 0));
   if (restored_) RETURN_IF_ERROR(train_data.Restore(restored_->iterator));
   ASSIGN_OR_RETURN(DataIterator val_data,
                    OpenData(config_, options_.dataset_dir + "/val.bin",
-                            global_rows_, device_id, 1));
-  std::unique_ptr<Device> d(
-      new Device{local, printer_ && local == 0, std::move(plan),
-                 std::move(state), std::move(train_data), std::move(val_data),
-                 model::gpt::GptModel(model_, MatmulDType(config_)),
-                 ShardOptimizer(config_, model::gpt::WeightDecayMask(model_),
-                                begin, num_devices_),
-                 restored_step_});
+                            global_rows_, plan.batch_shard(), rows, 1));
+  const int t = plan.tensor_size();
+  const int64_t begin = plan.shard_begin();
+  const int divisor = plan.batch_shards();
+  model::gpt::TensorParallel tensor = plan.ModelTensor();
+  std::unique_ptr<Device> d(new Device{
+      local, printer_ && local == 0, std::move(plan), std::move(state),
+      std::move(train_data), std::move(val_data),
+      model::gpt::GptModel(model_, MatmulDType(config_), std::move(tensor)),
+      ShardOptimizer(config_, model::gpt::WeightDecayMask(model_, t), begin,
+                     divisor),
+      restored_step_});
   RETURN_IF_ERROR(RestoreReplica(*d));
   if (d->reporter_thread) {
     reporter_->LoadHistory(d->start_step);
@@ -608,6 +634,17 @@ Status Trainer::StartRunDirectory() {
   for (const std::string& note : options_.notes) {
     std::printf("multislice train: %s\n", note.c_str());
   }
+  if (rt_.parallelism().dcn[2] > 1) {
+    // The seed: "we do not recommend tensor parallelism across slices,
+    // because it needs a lot of bandwidth between them".
+    std::fprintf(stderr,
+                 "multislice train: warning: dcn_tensor_parallelism=%d: "
+                 "tensor parallelism all-reduces activations four times per "
+                 "layer and step, which needs far more bandwidth than DCN "
+                 "gives; prefer dcn_data_parallelism or dcn_fsdp_parallelism "
+                 "across slices\n",
+                 rt_.parallelism().dcn[2]);
+  }
   if (restored_) {
     std::printf(
         "multislice train: resumed from checkpoint step %lld (saved with "
@@ -631,6 +668,11 @@ StateSaverOptions Trainer::SaverOptions() {
   o.axis_names = rt_.mesh().axis_names;
   o.mesh_shape = rt_.mesh().shape;
   o.num_slices = rt_.env().num_slices;
+  for (size_t a = 0; a < rt_.mesh().axis_names.size(); ++a) {
+    if (rt_.mesh().axis_names[a] == "tensor") {
+      o.tensor_parallelism = rt_.mesh().shape[a];
+    }
+  }
   o.row_begin = rt_.local_devices()[0] * config_.per_device_batch_size;
   o.rows = o.local_count * config_.per_device_batch_size;
   if (printer_) {

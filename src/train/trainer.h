@@ -1,5 +1,6 @@
 // The training loop of `multislice train`: the GPT-2 model of model/gpt.h
-// trained on every device of the job's mesh, with FSDP and data parallelism.
+// trained on every device of the job's mesh, with data, FSDP and tensor
+// parallelism (see parallel_plan.h).
 // The loop calls its parts, each in its own file with its own test:
 // parallel_plan.h (a device's shard and a step's collectives, with
 // gradient_buckets.h), optimizer.h (the clipped AdamW step on the shard),
@@ -9,8 +10,11 @@
 //
 // Sharding (ZeRO-3 style, on the flat parameter buffer): fsdp rank r of f
 // owns comm::PartitionSegment(N, f, r) of the f32 master weights and of the
-// AdamW moments; data replicas hold the same shards. Each device trains on
-// its own rows of the global batch (per_device_batch_size rows). One step:
+// AdamW moments; data replicas hold the same shards. With tensor
+// parallelism t the flat buffer is the tensor rank's part of the model and a
+// tensor group trains its per_device_batch_size x t rows of the global
+// batch together (the model all-reduces activations over the group);
+// without, each device trains its own per_device_batch_size rows. One step:
 //   all-gather the weights over fsdp -> forward and backward with bf16 (or
 //   f32) matmuls on the device's rows -> reduce-scatter the gradient over
 //   fsdp, all-reduce the shard over data (chained) -> one all-reduce over
