@@ -103,11 +103,13 @@ class GptModel::Matmul {
   // dinp[N,IC] (dinp_beta 0: =, 1: +=) dout[N,OC] @ weight^T, times
   // dinp_scale[N,IC] element by element when non-null (an activation's
   // derivative, in the matmul's epilogue); dweight[IC,OC] = inp^T @ dout;
-  // dbias[OC] = column sums of dout (when non-null).
+  // dbias[OC] = column sums of dout (when non-null). after_dinp, if set,
+  // runs once dinp is written, before the weight gradient.
   Status LinearBackward(float* dinp, float dinp_beta, float* dweight,
                         float* dbias, Operand dout, Operand inp, Operand weight,
                         int64_t N, int64_t IC, int64_t OC,
-                        const float* dinp_scale = nullptr) {
+                        const float* dinp_scale = nullptr,
+                        const std::function<void()>& after_dinp = {}) {
     compute::GemmDesc dx;
     dx.m = N;
     dx.n = IC;
@@ -118,6 +120,7 @@ class GptModel::Matmul {
       dx.epilogue = compute::GemmDesc::Epilogue::kMultiply;
     }
     RETURN_IF_ERROR(Run(dx, dout, weight, dinp, nullptr, dinp_scale));
+    if (after_dinp) after_dinp();
     compute::GemmDesc dw;
     dw.m = IC;
     dw.n = OC;
@@ -317,6 +320,14 @@ GptModel::~GptModel() = default;
 Status GptModel::TensorAllReduce(float* buf, int64_t count) {
   if (tensor_.size == 1) return OkStatus();
   return tensor_.all_reduce(buf, count);
+}
+
+TensorParallel::Wait GptModel::StartTensorAllReduce(float* buf, int64_t count) {
+  if (tensor_.size > 1 && tensor_.start_all_reduce) {
+    return tensor_.start_all_reduce(buf, count);
+  }
+  Status done = TensorAllReduce(buf, count);
+  return [done] { return done; };
 }
 
 int64_t GptModel::LayerOffset(int layer, int index) const {
@@ -543,11 +554,14 @@ Status GptModel::Backward(const float* params, float* grads,
         Operand{la.fch_gelu.data(), la.fch_gelu_16.data()}, pw(kFcProjW), N, H,
         C, la.fch.data()));
     const Operand dfch = matmul_->Prepare(d.fch.data(), N * H, a.dout16);
+    // Column-parallel fc: each rank's input gradient is a partial sum,
+    // all-reduced while the weight gradient computes.
+    TensorParallel::Wait ln2_summed;
     RETURN_IF_ERROR(matmul_->LinearBackward(
         d.ln2.data(), 0.0f, g(kFcW), g(kFcB), dfch,
-        Operand{la.ln2.data(), la.ln2_16.data()}, pw(kFcW), N, C, H));
-    // Column-parallel fc: each rank's input gradient is a partial sum.
-    RETURN_IF_ERROR(TensorAllReduce(d.ln2.data(), N * C));
+        Operand{la.ln2.data(), la.ln2_16.data()}, pw(kFcW), N, C, H, nullptr,
+        [&] { ln2_summed = StartTensorAllReduce(d.ln2.data(), N * C); }));
+    RETURN_IF_ERROR(ln2_summed());
     // d.residual2 = dresidual (skip path) + LayerNorm's input gradient.
     std::copy(a.dresidual.begin(), a.dresidual.end(), d.residual2.begin());
     std::fill(g(kLn2W), g(kLn2W) + C, 0.0f);
@@ -565,11 +579,14 @@ Status GptModel::Backward(const float* params, float* grads,
         d.qkv.data(), a.att_scratch.data(), d.atty.data(), la.qkv.data(),
         la.att.data(), B, T, A, NH, mm_type,
         mm_type == DType::kF32 ? nullptr : la.qkv_16.data()));
+    TensorParallel::Wait ln1_summed;
     RETURN_IF_ERROR(matmul_->LinearBackward(
         d.ln1.data(), 0.0f, g(kQkvW), g(kQkvB),
         matmul_->Prepare(d.qkv.data(), N * 3 * A, a.dout16),
-        Operand{la.ln1.data(), la.ln1_16.data()}, pw(kQkvW), N, C, 3 * A));
-    RETURN_IF_ERROR(TensorAllReduce(d.ln1.data(), N * C));
+        Operand{la.ln1.data(), la.ln1_16.data()}, pw(kQkvW), N, C, 3 * A,
+        nullptr,
+        [&] { ln1_summed = StartTensorAllReduce(d.ln1.data(), N * C); }));
+    RETURN_IF_ERROR(ln1_summed());
     std::copy(d.residual2.begin(), d.residual2.end(), a.dresidual.begin());
     std::fill(g(kLn1W), g(kLn1W) + C, 0.0f);
     std::fill(g(kLn1B), g(kLn1B) + C, 0.0f);

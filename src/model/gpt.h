@@ -81,11 +81,17 @@ std::vector<uint8_t> WeightDecayMask(const GptConfig& config,
 // column-parallel, attn_proj and fc_proj row-parallel), the rest
 // replicated. all_reduce sums a buffer over the t ranks in place, every rank
 // getting the same values; the forward pass calls it after attn_proj and
-// fc_proj, the backward pass on the input gradients of qkv and fc.
+// fc_proj, the backward pass on the input gradients of qkv and fc. If set,
+// start_all_reduce starts the same all-reduce and returns what waits for
+// it: the backward overlaps each input gradient's all-reduce with the
+// weight gradient's matmul (Megatron's overlap; the forward's results are
+// needed at once).
 struct TensorParallel {
+  using Wait = std::function<Status()>;
   int size = 1;
   int rank = 0;
   std::function<Status(float* buf, int64_t count)> all_reduce;
+  std::function<Wait(float* buf, int64_t count)> start_all_reduce;
 };
 
 // The model for one device: runs the forward pass and keeps its activations
@@ -151,8 +157,10 @@ class GptModel {
   // Sets tensor `index` (of the layout) of `grads` to zero.
   void ZeroTensor(float* grads, size_t index) const;
 
-  // Sums buf over the tensor group (nothing without tensor parallelism).
+  // Sums buf over the tensor group (nothing without tensor parallelism);
+  // the Start form returns what waits for the sum.
   Status TensorAllReduce(float* buf, int64_t count);
+  TensorParallel::Wait StartTensorAllReduce(float* buf, int64_t count);
 
   GptConfig config_;
   TensorParallel tensor_;

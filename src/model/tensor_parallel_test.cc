@@ -73,7 +73,8 @@ Run Whole(const GptConfig& c, DType type, const std::vector<float>& params,
   return r;
 }
 
-void ExpectTensorParallelMatchesWhole(int t, DType type, float tolerance) {
+void ExpectTensorParallelMatchesWhole(int t, DType type, float tolerance,
+                                      bool started = false) {
   const GptConfig c = Config();
   const int B = 2, T = c.max_seq_len;
   std::vector<float> params(NumParameters(c));
@@ -92,9 +93,20 @@ void ExpectTensorParallelMatchesWhole(int t, DType type, float tolerance) {
   std::vector<std::thread> threads;
   for (int r = 0; r < t; ++r) {
     threads.emplace_back([&, r] {
-      TensorParallel tp{t, r, [&reduce, r](float* buf, int64_t n) {
-                          return reduce.Run(r, buf, n);
-                        }};
+      TensorParallel tp;
+      tp.size = t;
+      tp.rank = r;
+      tp.all_reduce = [&reduce, r](float* buf, int64_t n) {
+        return reduce.Run(r, buf, n);
+      };
+      if (started) {
+        // The sum happens when waited for: the backward must wait before
+        // it reads the input gradient, and every rank in the same order.
+        tp.start_all_reduce = [&reduce, r](float* buf, int64_t n) {
+          return TensorParallel::Wait(
+              [&reduce, r, buf, n] { return reduce.Run(r, buf, n); });
+        };
+      }
       GptModel model(c, type, tp);
       std::vector<float> local(NumParameters(c, t));
       ExtractTensorShard(c, t, r, params.data(), local.data());
@@ -143,6 +155,10 @@ TEST(TensorParallelTest, TwoRanksGiveTheWholeModelsLossAndGradientF32) {
 
 TEST(TensorParallelTest, FourRanksGiveTheWholeModelsLossAndGradientF32) {
   ExpectTensorParallelMatchesWhole(4, DType::kF32, 1e-5f);
+}
+
+TEST(TensorParallelTest, StartedAllReducesOverlapTheWeightGradients) {
+  ExpectTensorParallelMatchesWhole(2, DType::kF32, 1e-5f, /*started=*/true);
 }
 
 TEST(TensorParallelTest, TwoRanksTrackTheWholeModelBf16) {

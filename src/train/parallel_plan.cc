@@ -1,6 +1,7 @@
 #include "train/parallel_plan.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "compute/adamw.h"
 #include "model/tensor_shard.h"
@@ -77,11 +78,15 @@ model::gpt::TensorParallel ParallelPlan::ModelTensor() {
   tp.size = tensor_->size;
   tp.rank = tensor_->rank;
   runtime::DeviceCollectives* coll = coll_;
-  tp.all_reduce = [coll](float* buf, int64_t count) {
-    return coll
-        ->AllReduce({"tensor"}, buf, buf, static_cast<size_t>(count),
-                    DType::kF32, runtime::ReduceOp::kSum, "activations")
-        .Wait();
+  tp.start_all_reduce = [coll](float* buf, int64_t count) {
+    auto handle = std::make_shared<runtime::CollectiveHandle>(
+        coll->AllReduce({"tensor"}, buf, buf, static_cast<size_t>(count),
+                        DType::kF32, runtime::ReduceOp::kSum, "activations"));
+    return model::gpt::TensorParallel::Wait(
+        [handle] { return handle->Wait(); });
+  };
+  tp.all_reduce = [start = tp.start_all_reduce](float* buf, int64_t count) {
+    return start(buf, count)();
   };
   return tp;
 }
