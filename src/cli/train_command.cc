@@ -80,14 +80,15 @@ uint64_t FileBytes(const std::string& path) {
 }
 
 // What one worker process holds: `local_devices` of `devices`, an fsdp axis
-// of `fsdp`, the dataset in `dataset_dir`.
+// of `fsdp` and a tensor axis of `tensor`, the dataset in `dataset_dir`.
 train::WorkerShape ShapeOf(const TrainConfig& config, int local_devices,
-                           int devices, int fsdp,
+                           int devices, int fsdp, int tensor,
                            const std::string& dataset_dir) {
   train::WorkerShape shape;
   shape.local_devices = local_devices;
   shape.devices = devices;
   shape.fsdp = fsdp;
+  shape.tensor = tensor;
   if (config.enable_checkpointing) {
     CheckpointOptions options;
     options.directory = train::CheckpointDirectory(config);
@@ -195,10 +196,10 @@ int RunWorkerBody(const TrainConfig& config, const runtime::WorkerEnv& env,
 
   train::TrainerOptions trainer;
   train::MemoryEstimate memory;
-  const train::WorkerShape shape =
-      ShapeOf(config, static_cast<int>(rt.local_devices().size()),
-              static_cast<int>(rt.devices().size()),
-              AxisSize(rt.mesh(), "fsdp"), *dataset);
+  const train::WorkerShape shape = ShapeOf(
+      config, static_cast<int>(rt.local_devices().size()),
+      static_cast<int>(rt.devices().size()), AxisSize(rt.mesh(), "fsdp"),
+      AxisSize(rt.mesh(), "tensor"), *dataset);
   if (Status s = CheckMemory(config, shape, 1, &memory, &trainer.memory_note);
       !s.ok()) {
     return Fail(s);
@@ -425,7 +426,8 @@ int Run(const TrainFlags& flags) {
   const int devices_per_slice = type->devices_per_slice();
   const train::WorkerShape shape =
       ShapeOf(config, devices_per_slice, devices_per_slice * num_slices,
-              resolved->ici[1] * resolved->dcn[1], *dataset);
+              resolved->ici[1] * resolved->dcn[1],
+              resolved->ici[2] * resolved->dcn[2], *dataset);
   train::MemoryEstimate memory;
   std::string note;
   if (Status s = slurm_task

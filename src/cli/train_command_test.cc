@@ -702,6 +702,11 @@ TEST_F(TrainCommandTest, MemoryEstimateMatchesPeakRss) {
       {"rss-f32", {"per_device_batch_size=32", "--accelerator_type", "cpu-1"}},
       {"rss-bf16-fsdp2",
        {"dtype=bf16", "per_device_batch_size=16", "ici_fsdp_parallelism=2",
+        "--accelerator_type", "cpu-2"}},
+      // Each of the 2 devices trains its group's 32 rows on half the heads
+      // and half the MLP.
+      {"rss-f32-tensor2",
+       {"per_device_batch_size=16", "ici_tensor_parallelism=2",
         "--accelerator_type", "cpu-2"}}};
   for (const auto& [name, extra] : cases) {
     Child c = Spawn(Args(With(With(common, extra), {"run_name=" + name})), {},

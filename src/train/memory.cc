@@ -22,28 +22,33 @@ constexpr uint64_t kF32 = 4, kBf16 = 2;
 constexpr uint64_t kPeakSide = 2048;
 constexpr uint64_t kWidenedPanelBytes = 8 * kMiB;
 
-// One device's activation bytes for B x T tokens (model/gpt.cc).
-uint64_t ActivationBytesPerDevice(const TrainConfig& c, bool via_f32) {
+// One device's activation bytes for its B x T tokens (model/gpt.cc); with
+// tensor parallelism t a device trains its group's B t rows, and the
+// attention's width (A = C / t), heads and the MLP's width are its share.
+uint64_t ActivationBytesPerDevice(const TrainConfig& c, bool via_f32, int t) {
   const bool bf16 = MatmulDType(c) == DType::kBF16;
-  const uint64_t B = c.per_device_batch_size, T = c.max_target_length;
-  const uint64_t C = c.emb_dim, H = c.mlp_dim, V = c.vocab_size;
-  const uint64_t L = c.num_decoder_layers, heads = c.num_heads;
+  const uint64_t B = static_cast<uint64_t>(c.per_device_batch_size) * t;
+  const uint64_t T = c.max_target_length;
+  const uint64_t C = c.emb_dim, A = c.emb_dim / t, H = c.mlp_dim / t;
+  const uint64_t V = c.vocab_size;
+  const uint64_t L = c.num_decoder_layers, heads = c.num_heads / t;
   const uint64_t n = B * T;  // tokens
-  const uint64_t widest = std::max({V, H, 3 * C});
-  // Per layer: ln1, qkv (3), atty, residual2, ln2, residual3 [n, C], four
-  // row statistics, the softmax, fch and (f32 matmuls) its GELU; bf16
-  // matmuls keep bf16 copies of ln1, qkv, atty, ln2 and the GELU instead.
-  const uint64_t layer =
-      kF32 * (8 * n * C + 4 * n + n * heads * T + n * H * (bf16 ? 1 : 2)) +
-      (bf16 ? kBf16 * (6 * n * C + n * H) : 0);
+  const uint64_t widest = std::max({V, H, 3 * A});
+  // Per layer: ln1, residual2, ln2, residual3 [n, C], qkv [n, 3A], atty
+  // [n, A], four row statistics, the softmax, fch and (f32 matmuls) its
+  // GELU; bf16 matmuls keep bf16 copies of ln1, qkv, atty, ln2 and the GELU
+  // instead.
+  const uint64_t layer = kF32 * (4 * n * C + 4 * n * A + 4 * n + n * heads * T +
+                                 n * H * (bf16 ? 1 : 2)) +
+                         (bf16 ? kBf16 * (2 * n * C + 4 * n * A + n * H) : 0);
   // One layer's gradients, reused by every layer.
-  const uint64_t gradients = kF32 * (8 * n * C + 4 * n + n * H);
+  const uint64_t gradients = kF32 * (4 * n * C + 4 * n * A + 4 * n + n * H);
   // The residual stream, final LayerNorm and their gradients; logits,
   // probabilities and their gradient; the attention scratch.
   const uint64_t head =
       kF32 * (4 * n * C + 3 * n * V + 4 * n +
               static_cast<uint64_t>(compute::gpt::AttentionScratchSize(
-                  c.per_device_batch_size, c.max_target_length, c.emb_dim,
+                  static_cast<int>(B), c.max_target_length, static_cast<int>(A),
                   MatmulDType(c))));
   // bf16: lnf's copy, an output gradient's copy and the matmul scratch of
   // the operands rounded on the fly.
@@ -51,7 +56,7 @@ uint64_t ActivationBytesPerDevice(const TrainConfig& c, bool via_f32) {
   // The model's and the batch's tokens and targets (int32).
   const uint64_t tokens = 4 * n * 4;
   const uint64_t widened =
-      bf16 && via_f32 ? kF32 * n * std::max(H, 3 * C) + kWidenedPanelBytes : 0;
+      bf16 && via_f32 ? kF32 * n * std::max(H, 3 * A) + kWidenedPanelBytes : 0;
   return L * layer + gradients + head + rounded + tokens + widened;
 }
 
@@ -142,15 +147,20 @@ std::optional<uint64_t> CgroupHeadroom(const MemorySources& s) {
 
 MemoryEstimate EstimateWorkerMemory(const TrainConfig& c,
                                     const WorkerShape& s) {
-  const uint64_t N =
-      static_cast<uint64_t>(model::gpt::NumParameters(GptConfigOf(c)));
+  // The tensor rank's parameters (the whole model's without tensor
+  // parallelism).
+  const uint64_t N = static_cast<uint64_t>(
+      model::gpt::NumParameters(GptConfigOf(c), std::max(s.tensor, 1)));
   const uint64_t local = static_cast<uint64_t>(s.local_devices);
   MemoryEstimate e;
   e.local_devices = s.local_devices;
   e.per_device_batch_size = c.per_device_batch_size;
+  const uint64_t whole =
+      static_cast<uint64_t>(model::gpt::NumParameters(GptConfigOf(c)));
   e.weights_and_optimizer = local * WeightBytesPerDevice(c, N, s.fsdp) + N +
-                            (s.restoring ? 3 * kF32 * N : 0);
-  e.activations = local * ActivationBytesPerDevice(c, s.bf16_via_f32);
+                            (s.restoring ? 3 * kF32 * whole : 0);
+  e.activations = local * ActivationBytesPerDevice(c, s.bf16_via_f32,
+                                                   std::max(s.tensor, 1));
   e.checkpoint_staging = StagingBytes(c, N, s);
   e.runtime = kRuntimeBytes + s.dataset_bytes * local /
                                   static_cast<uint64_t>(std::max(s.devices, 1));

@@ -7,13 +7,17 @@
 // train_state.cc, checkpoint.cc), in bytes per worker process:
 //
 //   weights and optimizer, per device: the f32 shard of the weights and
-//     AdamW's m and v (N/fsdp each, N parameters), the gradient (N) and, with
+//     AdamW's m and v (N/fsdp each, N parameters: with tensor parallelism
+//     the tensor rank's part of the model), the gradient (N) and, with
 //     fsdp > 1, the gathered weights (N) and the gradient's shard (N/fsdp);
 //     with bf16 matmuls the weights' bf16 copy (N x 2 bytes). Per process
 //     the weight-decay mask (N bytes) and, when a checkpoint is restored,
-//     its unsharded state (3N f32), kept for the whole run.
+//     its unsharded state (3 x the whole model's parameters, f32), kept for
+//     the whole run.
 //   activations, per device: what GptModel keeps for the backward of its
-//     B x T tokens (per layer 8 [BT, C] tensors, the [B, heads, T, T]
+//     B x T tokens (B x t rows and C/t, heads/t, mlp/t of the attention
+//     and the MLP with tensor parallelism t; per layer 8 [BT, C] tensors,
+//     the [B, heads, T, T]
 //     softmax, the MLP's [BT, mlp] and their bf16 copies), one layer's
 //     gradients, the [BT, vocab] logits, probabilities and their gradient,
 //     the attention scratch; on the bf16-through-f32 route the widened
@@ -54,6 +58,7 @@ struct WorkerShape {
   int local_devices = 1;       // devices this process drives
   int devices = 1;             // devices of the job
   int fsdp = 1;                // size of the fsdp axis (ici x dcn)
+  int tensor = 1;              // size of the tensor axis (ici x dcn)
   bool restoring = false;      // a checkpoint will be restored
   uint64_t dataset_bytes = 0;  // train.bin + val.bin
   bool bf16_via_f32 = false;   // bf16 matmuls on the f32-kernel route
