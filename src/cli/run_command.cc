@@ -1,5 +1,7 @@
 // `multislice run`: MaxText's multihost_runner.py against an existing queued
-// resource, through its hosts' agents (control/agent/runner.h).
+// resource, through its hosts' agents (control/agent/runner.h) or, on a
+// controller with --capacity slurm, as steps of its Slurm job
+// (control/agent/slurm_runner.h).
 #include <unistd.h>
 
 #include <chrono>
@@ -98,8 +100,9 @@ int RunRunCommand(const CLI::App* cmd, const RunFlags& flags) {
   options->cancel = control::CancelOnInterrupt();
   if (flags.internal_ip) {
     std::fprintf(stderr,
-                 "%s: --INTERNAL_IP has no effect: the agents are reached at "
-                 "the addresses they registered\n",
+                 "%s: --INTERNAL_IP has no effect: the workers are reached "
+                 "at the addresses their agents registered, or through "
+                 "Slurm\n",
                  kName);
   }
   auto code = control::RunOnWorkers(*options);
@@ -115,15 +118,20 @@ void AddRunCommand(CLI::App& root, CommandTable& table) {
   CLI::App* cmd = root.add_subcommand(
       "run",
       "Runs COMMAND on every worker of an existing queued resource at once "
-      "(MaxText's multihost_runner.py): packs --script_dir, copies it "
-      "through the hosts' agents into RUN_NAME/ in each worker's directory, "
-      "stops what an earlier `multislice run` left running there, starts "
-      "the command in that folder with the worker's environment, and writes "
-      "each worker's output to runs/RUN_NAME/output_slice_SSSS_worker_"
-      "WWWW.txt here (slice 0 worker 0's is also echoed). When a worker fails, "
-      "the "
-      "others are stopped and the exit code is that worker's; 0 when all "
-      "succeed, 130 after Ctrl-C (which stops the commands).\n"
+      "(MaxText's multihost_runner.py): packs --script_dir, stops what an "
+      "earlier `multislice run` left running on the workers, copies the "
+      "scripts into RUN_NAME/ in each worker's directory, starts the command "
+      "in that folder with the worker's environment (the startup script's), "
+      "and writes each worker's output to OUTPUT_DIR/RUN_NAME/output_slice_"
+      "SSSS_worker_WWWW.txt here (slice 0 worker 0's is also echoed). When a "
+      "worker fails, the others are stopped and the exit code is that "
+      "worker's; 0 when all succeed, 130 after Ctrl-C (which stops the "
+      "commands).\n"
+      "The workers are reached through their hosts' agents or, for a queued "
+      "resource of a controller with --capacity slurm, as steps of its Slurm "
+      "job (srun --jobid=JOB --overlap on the workers' nodes, from here: a "
+      "host with Slurm's client; the scripts reach every node on srun's "
+      "stdin).\n"
       "--tpu_prefix P picks the queued resource whose nodes are P-0, P-1, "
       "... (its node prefix, which defaults to its id) or whose single node "
       "is P. multihost_runner.py's upper-case flags (--TPU_PREFIX, "

@@ -26,14 +26,21 @@
 //     naming the slice, worker and exit code, and returns that code. 0 when
 //     every worker succeeds; 130 when `cancel` is set (the commands are
 //     stopped first).
+// A queued resource on Slurm capacity (its API answer carries clusterJob)
+// has no agents: RunOnWorkers hands it to RunOverSlurm (slurm_runner.h),
+// which does the same through steps of its Slurm job. Steps 1, 5 and 6
+// are shared: PackRunScripts here, the output side in run_output.h.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "common/status.h"
+#include "common/temp_dir.h"
 #include "control/http.h"
 
 namespace multislice::control {
@@ -94,6 +101,36 @@ Result<std::string> FindQueuedResourceByPrefix(const ApiClient& controller,
                                                const std::string& project,
                                                const std::string& prefix,
                                                const std::string& zone = "-");
+
+// What RunOnWorkers checks before calling anything: a command, exactly one
+// of queued_resource and tpu_prefix, a valid run name (InvalidArgument).
+Status ValidateRunOptions(const RunOptions& options);
+
+// The queued resource `options` names: by its id (in options.zone, when
+// not "-") or by options.tpu_prefix (FindQueuedResourceByPrefix).
+struct RunTarget {
+  std::string id;
+  // Its API answer (v2alpha1) when options.project's listing has it; null
+  // for a --qr of another project, which the agents' path still reaches by
+  // its id alone.
+  nlohmann::json answer;
+};
+Result<RunTarget> FindRunTarget(const RunOptions& options);
+
+class RunOutput;
+
+// options.script_dir packed by pack.h's rules into a temporary directory,
+// removed with this object.
+struct PackedScripts {
+  TempDir dir{"multislice-run-"};
+  std::string archive;  // the tar.gz in it
+};
+// Makes the run's output folder first (output.MarkFolder()), so that it is
+// never packed; refuses a directory whose files add up to more than
+// kMaxUploadBytes (256 MiB, what an agent accepts) naming
+// options.script_dir_flag.
+Result<std::unique_ptr<PackedScripts>> PackRunScripts(const RunOptions& options,
+                                                      RunOutput& output);
 
 // Runs the command as described above. Returns the exit code, or an error
 // before any command started: bad options (InvalidArgument), the
