@@ -14,7 +14,11 @@
 #             TPU_WORKER_HOSTNAMES, MEGASCALE_NUM_SLICES,
 #             MULTISLICE_ATTEMPT=1, MULTISLICE_ACCELERATOR_TYPE);
 #             queued-resources ssh --node=all runs on each worker's node as
-#             a step of the job, and passes a worker's exit code on
+#             a step of the job, and passes a worker's exit code on;
+#             multislice run --qr a copies a script directory into each
+#             worker's directory and writes each worker's output here (its
+#             node, its environment, its folder); a failing worker's exit
+#             code is passed on and the other worker's command stopped
 #   deadline  a request that pends behind it past its valid_until: its job
 #             cancelled, FAILED
 #   repair    one of the job's nodes crashes (its slurmd, slurmstepd and
@@ -177,6 +181,38 @@ EOF
   $ms queued-resources ssh a --zone $zone --node=1 --worker=all \
     --command 'exit 3' > /dev/null 2>&1 || code=$?
   [ "$code" = 3 ] || fail "ssh --command 'exit 3': exit $code, expected 3"
+  # multislice run: steps of the job copy the scripts into RUN_NAME/ in each
+  # worker's directory and run the command there with the startup script's
+  # environment; each worker's output file here, a last line without a
+  # newline kept.
+  mkdir -p "$scratch/run_code"
+  echo payload > "$scratch/run_code/data.txt"
+  start=$(now)
+  (cd "$scratch" && $ms run --qr a --script_dir "$scratch/run_code" --run_name r1 \
+    --command 'echo "$SLURMD_NODENAME $MEGASCALE_SLICE_ID $TPU_WORKER_ID $TPU_WORKER_HOSTNAMES $MEGASCALE_NUM_SLICES $MULTISLICE_ATTEMPT $MULTISLICE_ACCELERATOR_TYPE $MULTISLICE_RUN_NAME $(cat data.txt) $PWD"; printf "no newline"') \
+    > "$scratch/run.out" 2>&1 || fail "run: exit $?: $(cat "$scratch/run.out")"
+  echo "$prog: run r1 on a's 2 workers: exit 0 after $(since "$start") s"
+  for i in 0 1; do
+    host=$(field a "q['nodes'][$i]['hosts'][0]")
+    out="$scratch/runs/r1/output_slice_000${i}_worker_0000.txt"
+    printf '%s %s 0 %s 2 1 cpu-1 r1 payload %s\nno newline' "$host" "$i" \
+      "$(address_of "$host")" "$scratch/work/workers/a.$i.0/r1" > "$scratch/run.expected"
+    cmp -s "$out" "$scratch/run.expected" ||
+      fail "run: slice $i's output '$(cat "$out")', expected '$(cat "$scratch/run.expected")'"
+  done
+  head -n 1 "$scratch/runs/r1/output_slice_0001_worker_0000.txt"
+  # A failing worker: its exit code, the other worker's command stopped.
+  code=0
+  start=$(now)
+  (cd "$scratch" && $ms run --qr a --use_existing_folder --run_name r1 \
+    --command '[ "$MEGASCALE_SLICE_ID" = 1 ] && exit 4; exec sleep 60') \
+    > "$scratch/run_fail.out" 2>&1 || code=$?
+  [ "$code" = 4 ] || fail "run with a failing worker: exit $code, expected 4: $(cat "$scratch/run_fail.out")"
+  grep -q "slice 1 worker 0 failed with exit code 4; stopped the 1 other" "$scratch/run_fail.out" ||
+    fail "run with a failing worker: $(cat "$scratch/run_fail.out")"
+  left=$(timeout 5 squeue -h --steps --jobs="$job" -o %j | grep multislice-run/ || true)
+  [ -z "$left" ] || fail "run: steps left in job $job: $left"
+  echo "$prog: run with a failing worker: exit 4 after $(since "$start") s, the other stopped"
   phase_done
 
   phase deadline
