@@ -26,11 +26,36 @@ std::optional<std::string> NameFromPath(const httplib::Request& req,
   return QrName(req.matches[2], req.matches[3], req.matches[4]);
 }
 
+// The tier's quota in use, when it leaves no room for `r` (not yet
+// admitted); else "". With mu held.
+std::string QuotaReason(const QueuedResourceRecord& r,
+                        const ControlState& state) {
+  const int tier = static_cast<int>(r.spec.tier);
+  const int64_t quota = state.options().quota_chips[tier];
+  if (quota < 0 || r.holds_quota) return "";
+  int64_t used = 0;
+  for (const auto& [name, other] : state.records) {
+    if (other.holds_quota && other.spec.tier == r.spec.tier) {
+      used += other.total_chips();
+    }
+  }
+  if (used + r.total_chips() <= quota) return "";
+  return "the " + TierName(r.spec.tier) + " quota: " + std::to_string(used) +
+         " of " + std::to_string(quota) + " chips in use, this request needs " +
+         std::to_string(r.total_chips());
+}
+
 // Why `r` waits, when it does (an extra field, `waitingReason`, beside
 // Google's schema): what it needs and what the zone has. With mu held.
 std::string WaitingReason(const QueuedResourceRecord& r,
                           const ControlState& state) {
   if (r.state != QrState::kWaitingForResources) return "";
+  if (state.options().cluster) {
+    // The cluster owns the hosts: only the quota, or its pending job.
+    if (r.cluster_job.empty()) return QuotaReason(r, state);
+    return "Slurm job " + r.cluster_job + " is pending (squeue -j " +
+           r.cluster_job + " says why)";
+  }
   int needed = 0;
   for (const NodeRecord& n : r.nodes) {
     needed += n.hosts.empty() ? r.hosts_per_slice : 0;
@@ -62,23 +87,7 @@ std::string WaitingReason(const QueuedResourceRecord& r,
            " in zone " + r.zone + "; " + std::to_string(free) + " of its " +
            std::to_string(total) + " are free";
   }
-  const int tier = static_cast<int>(r.spec.tier);
-  const int64_t quota = state.options().quota_chips[tier];
-  if (quota >= 0) {
-    int64_t used = 0;
-    for (const auto& [name, other] : state.records) {
-      if (other.holds_quota && other.spec.tier == r.spec.tier) {
-        used += other.total_chips();
-      }
-    }
-    if (used + r.total_chips() > quota) {
-      return "the " + TierName(r.spec.tier) +
-             " quota: " + std::to_string(used) + " of " +
-             std::to_string(quota) + " chips in use, this request needs " +
-             std::to_string(r.total_chips());
-    }
-  }
-  return "";
+  return QuotaReason(r, state);
 }
 
 // The API answer for `r` in version `api`, with why it waits.

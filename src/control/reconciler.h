@@ -71,6 +71,10 @@ class Reconciler {
   // Cluster capacity: submits waiting records, follows, cancels and
   // requeues their jobs (on work threads).
   void TickCluster();
+  // Cluster capacity: the waiting records that the tiers' quotas let be
+  // submitted now (the scheduler's quota rule, FIFO per tier; a submit in
+  // flight counts as granted again).
+  std::set<std::string> ClusterAdmissions() const;
   struct ClusterWork {
     std::string action;  // submit, query, cancel, requeue
     Status status;       // of the action's own call

@@ -4,6 +4,7 @@
 // loop submits, follows, requeues (reset, repair) and cancels (delete). Its
 // states follow the job's:
 //
+//   over its tier's quota (not submitted) WAITING_FOR_RESOURCES
 //   job pending                          WAITING_FOR_RESOURCES
 //   job configuring, or running before
 //     the workers' step started          PROVISIONING
@@ -14,9 +15,16 @@
 //   preempted (PreemptMode=CANCEL)       SUSPENDED
 //   ended by itself (failure, time limit) FAILED
 //   cancelled (delete)                   DELETING, then gone
+//
+// Quotas are the controller's, as on agents: a record is submitted only
+// when its tier's quota holds its chips (scheduler.h), and holds quota from
+// the submit until it is deleted, FAILED and SUSPENDED included; one whose
+// job was cancelled pending at valid_until holds none, as an agents' QR
+// that was never admitted.
 #include <algorithm>
 
 #include "control/reconciler.h"
+#include "control/scheduler.h"
 
 namespace multislice::control {
 namespace {
@@ -152,8 +160,40 @@ ClusterFollow FollowClusterJob(QueuedResourceRecord& r,
   return out;
 }
 
+std::set<std::string> Reconciler::ClusterAdmissions() const {
+  SchedulerInput in;
+  for (int t = 0; t < kNumTiers; ++t) {
+    in.quota_chips[t] = state_.options().quota_chips[t];
+  }
+  for (const auto& [name, r] : state_.records) {
+    if (r.delete_requested) continue;
+    if (r.holds_quota) {
+      SchedHolder h;
+      h.name = name;
+      h.tier = r.spec.tier;
+      h.chips = r.total_chips();
+      h.holds_quota = true;
+      in.holders.push_back(h);
+    } else if (r.state == QrState::kWaitingForResources) {
+      SchedRequest req;
+      req.name = name;
+      req.seq = r.seq;
+      req.tier = r.spec.tier;
+      req.accelerator_type = r.spec.accelerator_type;
+      req.hosts_per_slice = 0;  // Slurm places it
+      req.chips_per_slice = r.chips_per_slice;
+      req.slices = static_cast<int>(r.nodes.size());
+      in.requests.push_back(req);
+    }
+  }
+  std::set<std::string> admitted;
+  for (const Grant& g : control::Schedule(in).grants) admitted.insert(g.name);
+  return admitted;
+}
+
 void Reconciler::TickCluster() {
   const int64_t steady = SteadyMs();
+  const std::set<std::string> admitted = ClusterAdmissions();
   std::vector<std::string> names;
   for (const auto& [name, r] : state_.records) {
     if (!busy_.count(name)) names.push_back(name);
@@ -179,7 +219,9 @@ void Reconciler::TickCluster() {
       }
       const bool waiting = r.state == QrState::kWaitingForResources &&
                            !r.holds_quota && !r.delete_requested;
-      if (!waiting || steady < next_poll_[name]) continue;
+      if (!waiting || !admitted.count(name) || steady < next_poll_[name]) {
+        continue;  // over quota: waits, as on agents
+      }
       next_poll_[name] = steady + kSubmitRetryMs;
       ClusterJobSpec spec;
       spec.name = r.id;
@@ -293,6 +335,7 @@ void Reconciler::ApplyClusterWork(const std::string& name, uint64_t version,
                      FormatTimestamp(r.spec.valid_until_ms) +
                      " passed before resources were available (Slurm job " +
                      r.cluster_job + " cancelled)";
+    r.holds_quota = false;  // never started: as a QR never admitted
     for (NodeRecord& n : r.nodes) {
       n.started = false;
       n.hosts.clear();

@@ -14,6 +14,9 @@
 // - Per-tier quotas in chips: the chips of every queued resource that holds
 //   quota (admitted and not yet deleted, FAILED and SUSPENDED included) plus
 //   the request's must stay within its tier's quota.
+// - A request of no hosts (hosts_per_slice 0) is granted on quota alone: on
+//   a cluster scheduler's capacity (Slurm) the cluster places it, and the
+//   controller only keeps each tier within its quota, in the same FIFO.
 // - A reserved request that does not fit free capacity preempts running
 //   spot queued resources first (youngest first), then best-effort ones, but
 //   only when that makes it fit; the free hosts it will use are held back
@@ -64,7 +67,7 @@ struct SchedRequest {
   int64_t seq = 0;
   Tier tier = Tier::kOnDemand;
   std::string accelerator_type;
-  int hosts_per_slice = 1;
+  int hosts_per_slice = 1;  // 0: placed by a cluster, granted on quota
   int chips_per_slice = 1;
   int slices = 1;          // slices wanted (all slices for a new request)
   bool is_repair = false;  // already holds quota and its other slices

@@ -1,10 +1,10 @@
 // Slurm as the capacity without a Slurm cluster: SlurmCapacity against a
 // fake command runner (the commands it runs and how it reads their output),
 // the batch script run with fake srun/scontrol (the worker environment of
-// every task), FollowClusterJob's state mapping, and the real controller on
-// a fake gang-scheduling cluster (create, ACTIVE, gang refusal, repair,
-// reset, delete). The same path on a real Slurm cluster:
-// slurm_controller_test.sh.
+// every task), FollowClusterJob's state mapping, the quota rule for cluster
+// requests, and the real controller on a fake gang-scheduling cluster
+// (create, ACTIVE, gang refusal, repair, reset, delete, quotas). The same path
+// on a real Slurm cluster: slurm_controller_test.sh.
 #include "control/slurm_capacity.h"
 
 #include <gtest/gtest.h>
@@ -23,6 +23,7 @@
 #include "control/controller.h"
 #include "control/controller_fixture.h"
 #include "control/reconciler.h"
+#include "control/scheduler.h"
 
 namespace multislice::control {
 namespace {
@@ -378,6 +379,52 @@ TEST(FollowClusterJobTest, StatesFollowTheJob) {
   EXPECT_NE(r.failed_error.find("valid_until"), std::string::npos);
 }
 
+// On cluster capacity the scheduler only applies the quotas: a request of
+// no hosts is granted when its tier's quota holds its chips, FIFO per tier
+// (the agents' rule), whatever hosts are free.
+TEST(ClusterQuotaTest, RequestsOfNoHostsAreGrantedOnQuotaAlone) {
+  SchedulerInput in;  // no free hosts: Slurm has them
+  in.quota_chips[static_cast<int>(Tier::kOnDemand)] = 8;
+  in.quota_chips[static_cast<int>(Tier::kSpot)] = 2;
+  SchedHolder failed;  // a FAILED QR still holds its 4 chips
+  failed.name = "failed";
+  failed.tier = Tier::kOnDemand;
+  failed.chips = 4;
+  failed.holds_quota = true;
+  in.holders = {failed};
+  auto request = [](std::string name, int64_t seq, Tier tier, int slices) {
+    SchedRequest r;
+    r.name = std::move(name);
+    r.seq = seq;
+    r.tier = tier;
+    r.accelerator_type = "cpu-2";
+    r.hosts_per_slice = 0;
+    r.chips_per_slice = 2;
+    r.slices = slices;
+    return r;
+  };
+  // 4 held + 2 (fits 8), then 6 + 4 > 8: "big" and the younger "small"
+  // behind it wait although 2 chips are left; spot within its own quota.
+  in.requests = {request("small", 4, Tier::kOnDemand, 1),
+                 request("first", 1, Tier::kOnDemand, 1),
+                 request("big", 2, Tier::kOnDemand, 2),
+                 request("spot", 3, Tier::kSpot, 1),
+                 request("spot2", 5, Tier::kSpot, 1),
+                 request("reserved", 6, Tier::kReserved, 50)};
+  SchedulerDecision d = Schedule(in);
+  std::vector<std::string> granted;
+  for (const Grant& g : d.grants) granted.push_back(g.name);
+  EXPECT_EQ(granted, (std::vector<std::string>{"reserved", "first", "spot"}));
+  EXPECT_TRUE(d.preempted.empty());
+  // The FAILED holder deleted: both on-demand requests fit (2 + 4 <= 8), the
+  // younger one too (8).
+  in.holders.clear();
+  granted.clear();
+  for (const Grant& g : Schedule(in).grants) granted.push_back(g.name);
+  EXPECT_EQ(granted, (std::vector<std::string>{"reserved", "first", "big",
+                                               "small", "spot"}));
+}
+
 // A cluster of `nodes` nodes that starts a job only when every node it asks
 // for is free and up (gang), lowest-numbered nodes first.
 class FakeCluster : public ClusterCapacity {
@@ -406,7 +453,10 @@ class FakeCluster : public ClusterCapacity {
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return st;
     st.restarts = it->second.restarts;
-    if (it->second.nodes.empty()) {
+    if (!it->second.ended.empty()) {
+      st.phase = ClusterJobStatus::Phase::kEnded;
+      st.state = it->second.ended;
+    } else if (it->second.nodes.empty()) {
       st.phase = ClusterJobStatus::Phase::kPending;
       st.state = "PENDING";
       st.reason = "Resources";
@@ -444,6 +494,12 @@ class FakeCluster : public ClusterCapacity {
     up_.erase(node);
     down_.insert(node);
   }
+  // The job ends by itself in `state` (FAILED, TIMEOUT, ...); its nodes free.
+  void End(const std::string& id, const std::string& state) {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_[id].ended = state;
+    jobs_[id].nodes.clear();
+  }
   int cancels = 0;
   int submits = 0;
 
@@ -453,13 +509,14 @@ class FakeCluster : public ClusterCapacity {
     int restarts = 0;
     std::vector<std::string> nodes;
     std::set<std::string> exclude;
+    std::string ended;  // the state it ended in, or ""
   };
   void Place() {
     std::set<std::string> busy;
     for (const auto& [id, j] : jobs_)
       busy.insert(j.nodes.begin(), j.nodes.end());
     for (auto& [id, j] : jobs_) {
-      if (!j.nodes.empty()) continue;
+      if (!j.nodes.empty() || !j.ended.empty()) continue;
       std::vector<std::string> free;
       for (const std::string& n : up_) {
         if (!busy.count(n) && !j.exclude.count(n)) free.push_back(n);
@@ -566,6 +623,87 @@ TEST_F(ClusterControllerTest, QueuedResourcesAreGangJobsOfTheCluster) {
     return s == 404;
   }));
   EXPECT_GE(cluster->cancels, 1);
+}
+
+// Quotas on Slurm as on agents: a request over its tier's quota is not
+// submitted (no job) and waits saying so; a FAILED QR keeps its quota until
+// deleted, and then the waiting one is submitted; the capacity answer counts
+// every tier's chips; a job cancelled pending at valid_until frees its quota.
+TEST_F(ClusterControllerTest, QuotasHoldRequestsBackBeforeSlurm) {
+  auto cluster = std::make_shared<FakeCluster>(6);
+  ControllerOptions options;
+  options.cluster = cluster;
+  options.quota_chips[static_cast<int>(Tier::kOnDemand)] = 4;  // 2 x cpu-2
+  StartController(options);
+  int status = 0;
+  auto create = [&](const std::string& id, json body) {
+    Call("POST",
+         std::string(kParent) + "/queuedResources?queued_resource_id=" + id,
+         &body, &status);
+    ASSERT_EQ(status, 200) << id;
+  };
+  auto tier = [&](const std::string& name) {
+    json cap = Call("GET", "/internal/v1/capacity");
+    for (const json& t : cap["tiers"]) {
+      if (t["tier"] == name) return t;
+    }
+    ADD_FAILURE() << "no tier " << name << " in " << cap.dump();
+    return json();
+  };
+  create("a", testing::CpuBody(2));
+  ASSERT_TRUE(WaitState("a", "ACTIVE"));
+  EXPECT_EQ(Get("a")["quotaHeldChips"], 4);
+  create("over", testing::CpuBody(1));
+  ASSERT_TRUE(WaitState("over", "WAITING_FOR_RESOURCES"));
+  // Another tier is not held back by on-demand's quota.
+  create("spot", testing::CpuBody(1, "spot"));
+  ASSERT_TRUE(WaitState("spot", "ACTIVE"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // more ticks
+  json over = Get("over");
+  EXPECT_EQ(over["state"]["state"], "WAITING_FOR_RESOURCES");
+  EXPECT_FALSE(over.contains("clusterJob")) << over.dump();
+  EXPECT_EQ(over["quotaHeldChips"], 0);
+  EXPECT_EQ(over["waitingReason"],
+            "the on-demand quota: 4 of 4 chips in use, this request needs 2");
+  EXPECT_EQ(cluster->submits, 2);  // a and spot
+  EXPECT_EQ(tier("on-demand")["usedChips"], 4);
+  EXPECT_EQ(tier("on-demand")["quotaChips"], 4);
+  EXPECT_EQ(tier("spot")["usedChips"], 2);
+  EXPECT_EQ(tier("spot")["quotaChips"], -1);
+  EXPECT_EQ(tier("reserved")["usedChips"], 0);
+  // a's job ends by itself: a FAILED, still holding its 4 chips.
+  cluster->End(Get("a")["clusterJob"], "FAILED");
+  ASSERT_TRUE(WaitState("a", "FAILED"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  EXPECT_EQ(Get("a")["quotaHeldChips"], 4);
+  EXPECT_EQ(State("over"), "WAITING_FOR_RESOURCES");
+  EXPECT_EQ(cluster->submits, 2);
+  EXPECT_EQ(tier("on-demand")["usedChips"], 4);
+  EXPECT_EQ(tier("on-demand")["heldByFailedOrSuspendedChips"], 4);
+  EXPECT_EQ(tier("on-demand")["failedOrSuspended"], 1);
+  // Deleted (FAILED: no force needed): over is submitted and runs.
+  Call("DELETE", std::string(kParent) + "/queuedResources/a", nullptr, &status);
+  EXPECT_EQ(status, 200);
+  ASSERT_TRUE(WaitState("over", "ACTIVE"));
+  EXPECT_EQ(cluster->submits, 3);
+  EXPECT_TRUE(Get("over").contains("clusterJob"));
+  EXPECT_FALSE(Get("over").contains("waitingReason"));
+  EXPECT_EQ(tier("on-demand")["usedChips"], 2);
+  EXPECT_EQ(tier("on-demand")["heldByFailedOrSuspendedChips"], 0);
+  // A reserved request (no quota) for more nodes than are free pends in
+  // Slurm, saying so; cancelled at its valid_until, it holds no quota, as a
+  // QR never admitted on agents.
+  json late = testing::CpuBody(5, "reserved");
+  late["queueing_policy"] = {{"valid_until_duration", "1.5s"}};
+  create("late", late);
+  ASSERT_TRUE(WaitFor([&] { return Get("late").contains("clusterJob"); }));
+  const std::string late_job = Get("late")["clusterJob"];
+  EXPECT_EQ(Get("late")["waitingReason"], "Slurm job " + late_job +
+                                              " is pending (squeue -j " +
+                                              late_job + " says why)");
+  ASSERT_TRUE(WaitFor([&] { return State("late") == "FAILED"; }));
+  EXPECT_EQ(Get("late")["quotaHeldChips"], 0);
+  EXPECT_EQ(tier("reserved")["usedChips"], 0);
 }
 
 // A controller restarted on its data directory follows the jobs it had
