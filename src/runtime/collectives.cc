@@ -484,6 +484,67 @@ void NetAllGather(PhaseBuilder& b, const AxisGroup& g, OpState& state,
         });
 }
 
+// The group of two of g's members, this device and group rank `peer`,
+// ranked by group rank: on one host a shared-memory pair, on two hosts a
+// network pair on this device's column (the peer must have the same
+// position on its host).
+Result<AxisGroup> PairOf(const AxisGroup& g, int peer) {
+  int peer_q = -1, peer_i = -1;
+  for (int q = 0; q < g.net_size && peer_q < 0; ++q) {
+    for (int i = 0; i < g.local_size; ++i) {
+      if (g.NetRankOf(q, i) == peer) peer_q = q, peer_i = i;
+    }
+  }
+  const int lo = std::min(g.rank, peer), hi = std::max(g.rank, peer);
+  const std::string tag =
+      "/pair" + std::to_string(lo) + "-" + std::to_string(hi);
+  AxisGroup p;
+  p.axes = g.axes;
+  p.axes_label = g.axes_label;
+  p.size = 2;
+  p.rank = g.rank == lo ? 0 : 1;
+  p.members = {g.members[lo], g.members[hi]};
+  p.rank_of = {0, 1};
+  p.column = g.column;
+  if (peer_q == g.net_rank) {  // the same host
+    p.ici_size = p.local_size = 2;
+    p.ici_rank = p.local_rank = p.rank;
+    p.j_of = {0, 1};
+    p.local_key = g.local_key + tag;
+    p.local_members = p.members;
+    p.net_processes = {g.net_processes[g.net_rank]};
+    p.net_label = g.net_label + tag;
+    return p;
+  }
+  if (peer_i != g.local_rank) {
+    return FailedPrecondition(
+        "send/recv over " + g.axes_label + " between group ranks " +
+        std::to_string(g.rank) + " and " + std::to_string(peer) +
+        ": they are on different hosts at different positions on them, "
+        "which share no DCN communicator");
+  }
+  const bool same_slice = peer_q / g.host_size == g.dcn_rank;
+  p.net_size = 2;
+  p.net_rank = p.rank;
+  if (same_slice) {
+    p.host_size = p.ici_size = 2;
+    p.host_rank = p.ici_rank = p.rank;
+    p.j_of = {0, 1};
+  } else {
+    p.dcn_size = 2;
+    p.dcn_rank = p.rank;
+    p.j_of = {0};
+  }
+  const int my_process = g.net_processes[g.net_rank];
+  const int peer_process = g.net_processes[peer_q];
+  p.net_processes = p.rank == 0 ? std::vector<int>{my_process, peer_process}
+                                : std::vector<int>{peer_process, my_process};
+  p.local_key = g.local_key + tag;
+  p.local_members = {g.members[g.rank]};
+  p.net_label = g.net_label + tag;
+  return p;
+}
+
 }  // namespace
 
 std::string DeviceCollectives::Describe(const char* op, const AxisGroup& g,
@@ -646,7 +707,15 @@ CollectiveHandle DeviceCollectives::Broadcast(const Axes& axes, int root,
         "broadcast root " + std::to_string(root) + " is not a rank of the " +
         std::to_string(g.size) + " devices over " + g.axes_label));
   }
-  const std::string what = Describe("broadcast", g, label);
+  return BroadcastOn(g, root, buf, count, dtype, label, "broadcast");
+}
+
+CollectiveHandle DeviceCollectives::BroadcastOn(const AxisGroup& g, int root,
+                                                void* buf, size_t count,
+                                                DType dtype,
+                                                const std::string& label,
+                                                const char* op) {
+  const std::string what = Describe(op, g, label);
   const size_t es = comm::SizeOf(dtype);
   auto state = std::make_shared<OpState>();
   PhaseBuilder b(runtime_, g, counters_);
@@ -829,6 +898,48 @@ CollectiveHandle DeviceCollectives::Barrier(const Axes& axes,
   if (g.net_size > 1) b.Net(Level::kAll, "barrier", net_barrier);
   if (g.local_size > 1 && g.net_size > 1) b.Shared("barrier", shared_barrier);
   return Launch(what, std::move(b.phases()), state);
+}
+
+CollectiveHandle DeviceCollectives::Send(const Axes& axes, int to,
+                                         const void* buf, size_t count,
+                                         DType dtype,
+                                         const std::string& label) {
+  // The sender's buffer is only read (it is the broadcast's root).
+  return Exchange(axes, to, const_cast<void*>(buf), count, dtype, label, true);
+}
+
+CollectiveHandle DeviceCollectives::Recv(const Axes& axes, int from, void* buf,
+                                         size_t count, DType dtype,
+                                         const std::string& label) {
+  return Exchange(axes, from, buf, count, dtype, label, false);
+}
+
+CollectiveHandle DeviceCollectives::Exchange(const Axes& axes, int peer,
+                                             void* buf, size_t count,
+                                             DType dtype,
+                                             const std::string& label,
+                                             bool sending) {
+  MS_GROUP_OR_FAIL(g, axes);
+  const char* op = sending ? "send" : "recv";
+  if (peer < 0 || peer >= g.size || peer == g.rank) {
+    return Fail(InvalidArgument(
+        std::string(op) + " peer " + std::to_string(peer) +
+        " is not another rank of the " + std::to_string(g.size) +
+        " devices over " + g.axes_label));
+  }
+  const int lo = std::min(g.rank, peer), hi = std::max(g.rank, peer);
+  auto key = std::make_pair(axes, std::make_pair(lo, hi));
+  auto it = pairs_.find(key);
+  if (it == pairs_.end()) {
+    Result<AxisGroup> pair = PairOf(g, peer);
+    if (!pair.ok()) return Fail(pair.status());
+    it = pairs_.emplace(key, std::make_unique<AxisGroup>(std::move(*pair)))
+             .first;
+  }
+  const AxisGroup& pair = *it->second;
+  // The pair's rank 0 is the lower group rank.
+  const int sender = sending ? pair.rank : 1 - pair.rank;
+  return BroadcastOn(pair, sender, buf, count, dtype, label, op);
 }
 
 #undef MS_GROUP_OR_FAIL

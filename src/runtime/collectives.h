@@ -25,6 +25,14 @@
 //                   (p * PartitionSegment(count, p, r).count elements).
 //   Broadcast       root's buf (count) copied into every buf.
 //   Barrier         returns once every member has entered it.
+//   Send / Recv     point to point: rank r's buf (count) into rank s's buf,
+//                   the one calling Send(to = s), the other Recv(from = r),
+//                   over shared memory on one host or the two devices'
+//                   column between hosts (DCN across slices). A pair meets
+//                   like a collective of two (rendezvous): every device must
+//                   issue its sends and receives so that each pair's calls
+//                   come in the same order on both sides, e.g. a chain of
+//                   pipeline stages.
 // Counts need not divide by p. bf16 is reduced in f32.
 #pragma once
 
@@ -96,6 +104,14 @@ class DeviceCollectives {
                              size_t count, DType dtype,
                              const std::string& label = "");
   CollectiveHandle Barrier(const Axes& axes, const std::string& label = "");
+  // buf stays valid and unchanged until Wait() returns; kInvalidArgument
+  // for a peer that is not another rank of the group, kFailedPrecondition
+  // for peers on different hosts at different positions on them (they
+  // share no DCN communicator).
+  CollectiveHandle Send(const Axes& axes, int to, const void* buf, size_t count,
+                        DType dtype, const std::string& label = "");
+  CollectiveHandle Recv(const Axes& axes, int from, void* buf, size_t count,
+                        DType dtype, const std::string& label = "");
 
   // Bytes this device has sent over ICI and DCN since the start.
   const comm::TrafficCounters& counters() const { return counters_; }
@@ -108,6 +124,14 @@ class DeviceCollectives {
                           std::shared_ptr<OpState> op,
                           const CollectiveHandle& after = {});
   CollectiveHandle Fail(Status status);
+  // Broadcast on a group already found (a mesh group or a pair of it).
+  CollectiveHandle BroadcastOn(const AxisGroup& g, int root, void* buf,
+                               size_t count, DType dtype,
+                               const std::string& label, const char* op);
+  // Send (sending) or Recv between this device and group rank `peer`.
+  CollectiveHandle Exchange(const Axes& axes, int peer, void* buf, size_t count,
+                            DType dtype, const std::string& label,
+                            bool sending);
   // "all_reduce[data,fsdp]#12 label": how errors and traces name a call.
   std::string Describe(const char* op, const AxisGroup& g,
                        const std::string& label);
@@ -116,6 +140,9 @@ class DeviceCollectives {
   const int device_id_;
   comm::TrafficCounters counters_;
   std::map<Axes, std::unique_ptr<AxisGroup>> groups_;
+  // Pairs of a group's members for Send/Recv, by axes and the two ranks.
+  std::map<std::pair<Axes, std::pair<int, int>>, std::unique_ptr<AxisGroup>>
+      pairs_;
   uint64_t sequence_ = 0;
   std::unique_ptr<Streams> streams_;
 };

@@ -212,6 +212,79 @@ int SweepOnDevice(Runtime& rt, int local, size_t large, int* checked) {
   return wrong;
 }
 
+// Send/Recv over each axis set, in the two patterns a pipeline uses: a
+// chain (rank r receives from r - 1, then sends to r + 1, all started before
+// any wait) and a neighbour exchange (even ranks send to r + 1 and receive
+// from it, odd ranks the other way round), f32 and bf16, odd sizes; each
+// received buffer equals what the reference group's sender filled in. A peer
+// that is not another rank is refused.
+int CheckPointToPoint(Runtime& rt, int local, size_t large) {
+  DeviceCollectives& coll = rt.collectives(local);
+  const int me = rt.local_devices()[local];
+  int wrong = 0, salt = 500;
+  for (const std::vector<std::string>& axes :
+       std::vector<std::vector<std::string>>{
+           {"data"}, {"fsdp"}, {"tensor"}, {"data", "fsdp", "tensor"}}) {
+    const std::vector<int> group = ReferenceGroup(rt.mesh(), axes, me);
+    const int p = static_cast<int>(group.size());
+    const int r = static_cast<int>(std::find(group.begin(), group.end(), me) -
+                                   group.begin());
+    if (coll.Send(axes, r, nullptr, 0, DType::kF32).Wait().code() !=
+        StatusCode::kInvalidArgument) {
+      ++wrong;
+    }
+    if (p == 1) continue;
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      for (size_t count : {size_t{1}, size_t{7}, large}) {
+        ++salt;
+        auto fill = [&](Buffer& b, int device) {
+          for (size_t i = 0; i < b.size(); ++i) {
+            SetElement(dtype, b.data(), i, Value(device, i, salt));
+          }
+        };
+        auto check = [&](const Buffer& got, int from, const char* what) {
+          wrong +=
+              Compare(std::string(what) + " " + std::string(comm::Name(dtype)),
+                      got, [&](size_t i) { return Value(from, i, salt); });
+        };
+        // The chain.
+        Buffer mine(dtype, count), in(dtype, count);
+        fill(mine, me);
+        CollectiveHandle got, sent;
+        if (r > 0) got = coll.Recv(axes, r - 1, in.data(), count, dtype);
+        if (r + 1 < p) sent = coll.Send(axes, r + 1, mine.data(), count, dtype);
+        // Peers on two hosts at different positions on them are refused
+        // (on both sides alike); every other pair must meet.
+        const Status got_status = got.Wait(), sent_status = sent.Wait();
+        auto refused = [](const Status& s) {
+          return s.code() == StatusCode::kFailedPrecondition;
+        };
+        if (!got_status.ok() && !refused(got_status)) return wrong + 1;
+        if (!sent_status.ok() && !refused(sent_status)) return wrong + 1;
+        if (r > 0 && got_status.ok()) check(in, group[r - 1], "chain");
+        // The neighbour exchange.
+        const int peer = r % 2 == 0 ? r + 1 : r - 1;
+        if (peer >= p) continue;
+        Buffer back(dtype, count);
+        CollectiveHandle first, second;
+        if (r % 2 == 0) {
+          first = coll.Send(axes, peer, mine.data(), count, dtype);
+          second = coll.Recv(axes, peer, back.data(), count, dtype);
+        } else {
+          first = coll.Recv(axes, peer, back.data(), count, dtype);
+          second = coll.Send(axes, peer, mine.data(), count, dtype);
+        }
+        const Status first_status = first.Wait(), second_status = second.Wait();
+        if (refused(first_status) && refused(second_status)) continue;
+        if (!first_status.ok() || !second_status.ok()) return wrong + 1;
+        check(back, group[peer], "exchange");
+      }
+    }
+  }
+  if (wrong) std::fprintf(stderr, "send/recv: %d wrong\n", wrong);
+  return wrong;
+}
+
 // A reduce-scatter over fsdp followed, without waiting, by an all-reduce
 // over data of its output (`after`): the result is the sum over both axes.
 int CheckChainedCollectives(Runtime& rt, int local) {
@@ -342,6 +415,7 @@ int WorkerMain(int argc, char** argv) {
     if (!flushes) std::fprintf(stderr, "device %d keeps subnormals\n", local);
     wrong[local] = SweepOnDevice(**rt, local, large, &checked[local]) +
                    CheckChainedCollectives(**rt, local) +
+                   CheckPointToPoint(**rt, local, large) +
                    CheckBytesPerLevel(**rt, local, "all_reduce") +
                    CheckBytesPerLevel(**rt, local, "reduce_scatter") +
                    CheckBytesPerLevel(**rt, local, "all_gather") +
