@@ -30,6 +30,10 @@
 #   tiers     spot and reserved as partitions (spot preemptible by high):
 #             a reserved request preempts an ACTIVE spot one, SUSPENDED by
 #             the SERVICE, and becomes ACTIVE
+#   quota     the controller restarted with --quota on-demand=2: a request
+#             over the quota is not submitted and waits saying so, also
+#             while a FAILED one holds the chips; deleting the holder lets
+#             it run
 #   train     multislice job: a training of 2 slices of cpu-1; a node of
 #             its Slurm job crashes after a checkpoint; attempt 2 on the
 #             spare resumes from it, the job ends by itself (exit 0), every
@@ -94,11 +98,14 @@ PartitionName=spot Nodes=ALL PriorityTier=1 PreemptMode=CANCEL
 PartitionName=high Nodes=ALL PriorityTier=10 PreemptMode=OFF
 EOF
   timeout 10 scontrol reconfigure || fail "scontrol reconfigure"
-  $ms controller --capacity slurm --bind 10.201.0.1 --port 8470 \
-    --data-dir "$ctl_dir" --slurm-workdir "$scratch/work" \
-    --slurm-tier-partition spot=spot --slurm-tier-partition reserved=high \
-    > "$scratch/controller.log" 2>&1 &
-  ctl_pid=$!
+  start_controller() {  # start_controller [FLAG...]: these flags added
+    $ms controller --capacity slurm --bind 10.201.0.1 --port 8470 \
+      --data-dir "$ctl_dir" --slurm-workdir "$scratch/work" \
+      --slurm-tier-partition spot=spot --slurm-tier-partition reserved=high \
+      "$@" >> "$scratch/controller.log" 2>&1 &
+    ctl_pid=$!
+  }
+  start_controller
   trap 'kill "$ctl_pid" 2>/dev/null; wait "$ctl_pid" 2>/dev/null || true;
         timeout 10 scancel --user=root 2>/dev/null || true' EXIT
   export MULTISLICE_CONTROLLER=http://10.201.0.1:8470
@@ -273,6 +280,62 @@ EOF
   no_job() { [ -z "$(timeout 5 squeue -h -n a -o %i)" ]; }
   wait_until 30 "Slurm job $job gone" no_job
   echo "$prog: a deleted, Slurm job $job cancelled"
+  phase_done
+
+  phase quota
+  # The controller's quotas on Slurm, as on agents: restarted with --quota
+  # on-demand=2 (same data directory), a 2-node QR of cpu-1 holds both
+  # chips; a 1-chip request is not submitted (no Slurm job) and waits
+  # saying so; qa's job cancelled outside the controller makes qa FAILED,
+  # still holding its chips (the capacity answer says so); once qa is
+  # deleted, qb is submitted and ACTIVE. The controller is restarted
+  # without the quota afterwards. Needs nothing of the other phases but the
+  # controller's start line and helpers (is_state, field, wait_until).
+  restart_controller() {  # restart_controller [FLAG...]: the same flags plus these
+    kill "$ctl_pid" 2>/dev/null; wait "$ctl_pid" 2>/dev/null || true
+    start_controller "$@"
+    wait_until 20 "the controller" $ms queued-resources list --zone $zone
+  }
+  on_demand() {  # on_demand KEY: the on-demand tier's KEY in the capacity answer
+    curl -sf -H "Authorization: Bearer $(tr -d '\n' < "$MULTISLICE_TOKEN_FILE")" \
+      "$MULTISLICE_CONTROLLER/internal/v1/capacity" |
+      python3 -c "import json,sys; print(next(t['$1'] for t in json.load(sys.stdin)['tiers'] if t['tier'] == 'on-demand'))"
+  }
+  restart_controller --quota on-demand=2
+  $ms queued-resources create qa --accelerator-type cpu-1 --node-count 2 \
+    --zone $zone --async > /dev/null || fail "create qa"
+  wait_until 60 "qa ACTIVE" is_state qa ACTIVE
+  [ "$(field qa 'q["quotaHeldChips"]')" = 2 ] || fail "qa: quotaHeldChips $(field qa 'q["quotaHeldChips"]'), expected 2"
+  $ms queued-resources create qb --accelerator-type cpu-1 --node-id qb-0 \
+    --zone $zone --async > /dev/null || fail "create qb"
+  wait_until 20 "qb WAITING_FOR_RESOURCES" is_state qb WAITING_FOR_RESOURCES
+  sleep 2  # several polls and a submit retry's worth of ticks
+  is_state qb WAITING_FOR_RESOURCES || fail "qb: $(field qb 'q["state"]["state"]') over quota"
+  [ -z "$(timeout 5 squeue -h -n qb -o %i)" ] || fail "qb: submitted to Slurm over its quota"
+  reason=$(field qb 'q.get("waitingReason", "")')
+  [ "$reason" = "the on-demand quota: 2 of 2 chips in use, this request needs 1" ] ||
+    fail "qb: waitingReason '$reason'"
+  [ "$(on_demand usedChips)" = 2 ] && [ "$(on_demand quotaChips)" = 2 ] ||
+    fail "capacity: on-demand usedChips $(on_demand usedChips), quotaChips $(on_demand quotaChips)"
+  echo "$prog: qb waits, not submitted: $reason"
+  # qa's job ends outside the controller: qa FAILED, its 2 chips still held.
+  timeout 10 scancel "$(field qa 'q["clusterJob"]')" || fail "scancel qa's job"
+  wait_until 30 "qa FAILED" is_state qa FAILED
+  sleep 2
+  is_state qb WAITING_FOR_RESOURCES && [ -z "$(timeout 5 squeue -h -n qb -o %i)" ] ||
+    fail "qb: submitted while FAILED qa holds the quota"
+  [ "$(on_demand usedChips)" = 2 ] && [ "$(on_demand heldByFailedOrSuspendedChips)" = 2 ] ||
+    fail "capacity: on-demand usedChips $(on_demand usedChips), held by FAILED $(on_demand heldByFailedOrSuspendedChips)"
+  start=$(now)
+  $ms queued-resources delete qa --zone $zone --quiet > /dev/null || fail "delete qa"
+  wait_until 60 "qb ACTIVE once qa is deleted" is_state qb ACTIVE
+  [ -n "$(timeout 5 squeue -h -n qb -o %i)" ] || fail "qb: ACTIVE without a Slurm job"
+  echo "$prog: qa deleted; qb submitted and ACTIVE after $(since "$start") s"
+  [ "$(on_demand usedChips)" = 1 ] || fail "capacity: on-demand usedChips $(on_demand usedChips), expected 1"
+  $ms queued-resources delete qb --zone $zone --force --quiet > /dev/null || fail "delete qb"
+  qb_gone() { ! describe qb && [ -z "$(timeout 5 squeue -h -n qb -o %i)" ]; }
+  wait_until 30 "qb deleted and its job cancelled" qb_gone
+  restart_controller
   phase_done
 
   phase train
