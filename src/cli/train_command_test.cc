@@ -312,6 +312,31 @@ TEST_F(TrainCommandTest, TensorParallelMeshesMatchOneDevice) {
   });
 }
 
+// fsdp 2 x tensor 2: a run resumed from its step-5 checkpoint (the later one
+// removed) trains steps 6-10 with the uninterrupted run's losses, bit for
+// bit: the tensor ranks' shards go back where they were.
+TEST_F(TrainCommandTest, TensorParallelResumeIsBitwiseExact) {
+  const std::vector<std::string> mesh = {"steps=10",
+                                         "checkpoint_period=5",
+                                         "per_device_batch_size=2",
+                                         "ici_fsdp_parallelism=2",
+                                         "ici_tensor_parallelism=2",
+                                         "dcn_data_parallelism=1",
+                                         "--num_slices",
+                                         "1",
+                                         "--accelerator_type",
+                                         "cpu-4"};
+  const std::vector<double> uninterrupted =
+      Losses(Train(With(mesh, {"run_name=tp"}), "tp"));
+  ASSERT_EQ(uninterrupted.size(), 10u);
+  fs::copy(RunDir("tp"), RunDir("tp-resumed"), fs::copy_options::recursive);
+  fs::remove_all(RunDir("tp-resumed") + "/checkpoints/10");
+  nlohmann::json resumed =
+      Train(With(mesh, {"run_name=tp-resumed", "steps=10"}), "tp-resumed");
+  EXPECT_EQ(resumed.value("restored_step", int64_t{-1}), 5);
+  ExpectLossesFrom(resumed, 5, uninterrupted);
+}
+
 // 2 slices, f32: an uninterrupted run, and the same run killed with SIGKILL
 // (one worker) after its step-10 checkpoint and started again. Every step the
 // second attempt trains has the loss of the uninterrupted run, bit for bit.
