@@ -764,6 +764,15 @@ TEST_F(TrainCommandTest, BadConfigIsOneLineAndExitCode2) {
       {{"run_name=x", "ici_fsdp_parallelism=3", "--accelerator_type", "cpu-2"},
        "3"},
       {{"run_name=x", "dataset_path=/nonexistent/data"}, "/nonexistent/data"},
+      // Tensor parallelism that does not split the heads (tiny.yml: 2).
+      {{"run_name=x", "ici_tensor_parallelism=4", "dcn_data_parallelism=1",
+        "--num_slices", "1", "--accelerator_type", "cpu-4"},
+       "ici_tensor_parallelism (4)"},
+      // -1 that resolves to a tensor size that does not split them.
+      {{"run_name=x", "ici_fsdp_parallelism=1", "ici_tensor_parallelism=-1",
+        "dcn_data_parallelism=1", "--num_slices", "1", "--accelerator_type",
+        "cpu-3"},
+       "ici_tensor_parallelism (3)"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"train", data_->path() + "/tiny.yml",
