@@ -38,6 +38,8 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 prog=cluster_tutorial_test
+# shellcheck source=cluster_test_lib.sh
+source "$here/cluster_test_lib.sh"
 
 # ---------------------------------------------------------------------------
 # Inside the cluster: COMMAND of netns_cluster.sh, in the controller's
@@ -50,27 +52,7 @@ if [ "${1:-}" = "--inside" ]; then
   cluster_workdir="$(dirname "$(dirname "$MULTISLICE_TOKEN_FILE")")"
   echo "$cluster_workdir" > "$scratch/cluster_workdir"
 
-  fail() { echo "$prog: FAILED: $*" >&2; exit 1; }
-  now() { date +%s.%N; }
-  phase_start=0
-  phase() { phase_name="$1"; phase_start=$(now); echo "== $prog: $1"; }
-  phase_done() {
-    printf '== %s: %s passed in %.1f s\n' "$prog" "$phase_name" \
-      "$(echo "$(now) - $phase_start" | bc)"
-  }
-  wants() { [[ " $phases " == *" $1 "* ]]; }
-  # wait_until SECONDS WHAT COMMAND...: polls COMMAND every 0.2 s.
-  wait_until() {
-    local seconds="$1" what="$2"; shift 2
-    local deadline
-    deadline=$(echo "$(now) + $seconds" | bc)
-    until "$@" >/dev/null 2>&1; do
-      if [ "$(echo "$(now) > $deadline" | bc)" = 1 ]; then
-        fail "$what: not within $seconds s"
-      fi
-      sleep 0.2
-    done
-  }
+  # fail, phase, phase_done, wants, wait_until: cluster_test_lib.sh.
   qr_state() {
     $ms queued-resources describe "$1" --zone $zone --format json 2>/dev/null |
       python3 -c 'import json,sys; print(json.load(sys.stdin)["state"]["state"])'
@@ -214,31 +196,16 @@ print(r["first_step_loss"], r["num_devices"], r["num_slices"])' "$1"
   dataset="$scratch/ds"
   $ms data prepare --output "$dataset" > /dev/null
   mkdir -p "$scratch/code"
-  cat > "$scratch/code/tiny.yml" <<EOF
-emb_dim: 32
-num_heads: 2
-num_decoder_layers: 1
-mlp_dim: 64
-max_target_length: 16
-dtype: f32
-warmup_steps: 2
-learning_rate: 3.0e-3
-eval_interval: 1000
-steps: 24
-checkpoint_period: 6
-per_device_batch_size: 1
-ici_fsdp_parallelism: 8
-dcn_data_parallelism: 2
-dataset_path: $dataset
-EOF
+  write_tiny_config "$scratch/code/tiny.yml" "$dataset" 24 6 \
+    "ici_fsdp_parallelism: 8"
   train="$(command -v $ms) train tiny.yml"
 
   if wants manual; then
     phase manual
     one_device
     # Hosts by hand: slice 0 on h1, h2 (pod0), slice 1 on h3, h4 (pod1).
-    addr() { awk -v h="$1" '$1 == h { print $3 }' <<<"$MULTISLICE_CLUSTER_HOSTS"; }
-    slice_hosts=("$(addr h1),$(addr h2)" "$(addr h3),$(addr h4)")
+    slice_hosts=("$(address_of h1),$(address_of h2)"
+                 "$(address_of h3),$(address_of h4)")
     # manual_run NAME COMMAND: one process per host, the environment alone;
     # waits for all (bounded) and fails naming the first that failed.
     manual_run() {
@@ -273,17 +240,8 @@ EOF
     manual_run shardings "$(command -v $ms) shardings -dd 2 -if 8 $shard_flags"
     check_report "manual" "$scratch/manual-shardings/slice0-worker0.txt"
     manual_run train "$train base_output_directory=$scratch/manual-train/out run_name=ref"
-    python3 - "$scratch/manual-train/out/ref/metrics.jsonl" \
-      > "$scratch/reference_losses" <<'EOF' || fail "manual train: no metrics"
-import json, sys
-losses = {}
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    if "step" in r:
-        losses[r["step"]] = r["loss"]
-for step in sorted(losses):
-    print(step, repr(losses[step]))
-EOF
+    losses "$scratch/manual-train/out/ref/metrics.jsonl" \
+      "$scratch/reference_losses" || fail "manual train: no metrics"
     [ "$(wc -l < "$scratch/reference_losses")" -eq 24 ] ||
       fail "manual train: $(wc -l < "$scratch/reference_losses") steps, expected 24"
     echo "$prog: manual training: 24 steps, last loss $(tail -n 1 "$scratch/reference_losses")"
@@ -367,53 +325,11 @@ fi
 # ---------------------------------------------------------------------------
 # Outside: skip when this machine cannot run it, build the cluster, check
 # that nothing is left.
-skip() { echo "$prog: SKIPPED: $*"; exit 77; }
-[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
-for tool in ip tc python3 bc timeout; do
-  command -v "$tool" > /dev/null || skip "needs $tool"
-done
-probe="msprobe$$"
-if ! ip netns add "$probe" 2> /dev/null; then
-  skip "ip netns is not available here (ip netns add failed)"
-fi
-probe_ok=1
-ip -n "$probe" link add p0 type veth peer name p1 2> /dev/null &&
-  ip netns exec "$probe" tc qdisc add dev p0 root handle 1: htb 2> /dev/null ||
-  probe_ok=0
-ip netns del "$probe"
-[ "$probe_ok" = 1 ] || skip "this kernel has no veth or htb qdisc"
-
-binary="${1:-$root/build/bin/multislice}"
-[ -x "$binary" ] || { echo "$prog: $binary is missing" >&2; exit 1; }
-scratch="$(mktemp -d /tmp/multislice-cluster-test-XXXXXX)"
-prefix="t$(( $$ % 100000 ))"
-trap 'rm -rf "$scratch"' EXIT
-# A copy: a build that relinks the binary meanwhile must not change it under
-# the cluster's processes.
-mkdir "$scratch/bin"
-cp "$binary" "$scratch/bin/multislice"
-export MULTISLICE_BINARY="$scratch/bin/multislice"
-start=$(date +%s.%N)
-code=0
-timeout -s TERM -k 30 250 "$root/scripts/netns_cluster.sh" --hosts 5 \
-  --accelerator_type v4-16 --dcn_mbit 200 --check_links --prefix "$prefix" \
-  -- bash "$here/cluster_tutorial_test.sh" --inside "$scratch" || code=$?
-printf '%s: cluster and tutorial: %.1f s, exit %d\n' "$prog" \
-  "$(echo "$(date +%s.%N) - $start" | bc)" "$code"
-
+require_root "network namespaces"
+require_tools ip tc python3 bc timeout
+require_netns_veth_htb
+make_scratch "${1:-$root/build/bin/multislice}" cluster-test t
+run_cluster "cluster and tutorial" 250 --hosts 5 --accelerator_type v4-16 \
+  --dcn_mbit 200 --check_links
 # Nothing left: namespaces, processes, the cluster's files.
-left=$(ip netns list | awk -v p="$prefix-" 'index($1, p) == 1 { print $1 }')
-[ -z "$left" ] || { echo "$prog: FAILED: namespaces left: $left" >&2; code=1; }
-cluster_workdir=$(cat "$scratch/cluster_workdir" 2> /dev/null || true)
-if [ -n "$cluster_workdir" ]; then
-  [ ! -e "$cluster_workdir" ] ||
-    { echo "$prog: FAILED: $cluster_workdir is left" >&2; code=1; }
-  procs=$(pgrep -f -- "$cluster_workdir" || true)
-  [ -z "$procs" ] ||
-    { echo "$prog: FAILED: processes left: $(ps -o pid=,args= -p $procs)" >&2; code=1; }
-fi
-procs=$(pgrep -f -- "$scratch" || true)
-[ -z "$procs" ] ||
-  { echo "$prog: FAILED: processes left: $(ps -o pid=,args= -p $procs)" >&2; code=1; }
-[ "$code" -eq 0 ] && echo "$prog: PASSED (nothing left behind)"
-exit "$code"
+check_nothing_left

@@ -34,6 +34,8 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 prog=slurm_cluster_test
+# shellcheck source=cluster_test_lib.sh
+source "$here/cluster_test_lib.sh"
 
 # ---------------------------------------------------------------------------
 # Inside the cluster: COMMAND of netns_cluster.sh --slurm.
@@ -45,34 +47,9 @@ if [ "${1:-}" = "--inside" ]; then
   cluster_workdir="$(dirname "$(dirname "$SLURM_CONF")")"
   echo "$cluster_workdir" > "$scratch/cluster_workdir"
 
-  fail() {
-    echo "$prog: FAILED: $*" >&2
-    echo "--- sinfo / squeue:" >&2
-    timeout 5 sinfo -N >&2 || true
-    timeout 5 squeue >&2 || true
-    echo "--- slurmctld.log (tail):" >&2
-    tail -n 15 "$cluster_workdir/slurm/slurmctld.log" >&2 || true
-    exit 1
-  }
-  now() { date +%s.%N; }
-  since() { printf '%.1f' "$(echo "$(now) - $1" | bc)"; }
-  phase_start=0
-  phase() { phase_name="$1"; phase_start=$(now); echo "== $prog: $1"; }
-  phase_done() { echo "== $prog: $phase_name passed in $(since "$phase_start") s"; }
-  wants() { [[ " $phases " == *" $1 "* ]]; }
-  # wait_until SECONDS WHAT COMMAND...: polls COMMAND every 0.2 s.
-  wait_until() {
-    local seconds="$1" what="$2"; shift 2
-    local deadline
-    deadline=$(echo "$(now) + $seconds" | bc)
-    until "$@" >/dev/null 2>&1; do
-      if [ "$(echo "$(now) > $deadline" | bc)" = 1 ]; then
-        fail "$what: not within $seconds s"
-      fi
-      sleep 0.2
-    done
-  }
-  address_of() { awk -v h="$1" '$1 == h { print $3 }' <<<"$MULTISLICE_CLUSTER_HOSTS"; }
+  # fail (with Slurm's view), now, since, phase, phase_done, wants,
+  # wait_until, address_of, losses, write_tiny_config: cluster_test_lib.sh.
+  on_failure() { slurm_status; slurmctld_log_tail; }
   nodes="h1 h2 h3 h4"
 
   if wants sinfo; then
@@ -112,38 +89,9 @@ if [ "${1:-}" = "--inside" ]; then
   mkdir -p "$scratch/code"
   dataset="$scratch/ds"
   [ -d "$dataset" ] || $ms data prepare --output "$dataset" > /dev/null
-  cat > "$scratch/code/tiny.yml" <<EOF
-emb_dim: 32
-num_heads: 2
-num_decoder_layers: 1
-mlp_dim: 64
-max_target_length: 16
-dtype: f32
-warmup_steps: 2
-learning_rate: 3.0e-3
-eval_interval: 1000
-steps: 16
-checkpoint_period: 4
-per_device_batch_size: 1
-ici_fsdp_parallelism: 8
-dcn_data_parallelism: 2
-dataset_path: $dataset
-EOF
+  write_tiny_config "$scratch/code/tiny.yml" "$dataset" 16 4 \
+    "ici_fsdp_parallelism: 8"
   train_args="tiny.yml --num_slices 2 --accelerator_type v4-16"
-  # losses METRICS OUT: "STEP LOSS" per step (the last record of a step wins:
-  # a step run again after a restart replaces the first).
-  losses() {
-    python3 - "$1" > "$2" <<'EOF'
-import json, sys
-losses = {}
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    if "step" in r:
-        losses[r["step"]] = r["loss"]
-for step in sorted(losses):
-    print(step, repr(losses[step]))
-EOF
-  }
   reference() {
     [ -s "$scratch/reference_losses" ] && return
     local start
@@ -230,7 +178,7 @@ EOF
     echo "$prog: $victim back after $(since "$crash") s"
     running() { [ "$(job_field JobState)" = RUNNING ]; }
     # A requeued job starts cred_expire + 1 s after its requeue at the
-    # earliest (netns_cluster.sh: 16 s).
+    # earliest (netns_cluster.sh's cred_expire=5: about 6 s).
     wait_until 90 "job $job running again" running
     echo "$prog: job $job running again after $(since "$crash") s" \
          "(restart $(job_field Restarts))"
@@ -264,75 +212,12 @@ fi
 # ---------------------------------------------------------------------------
 # Outside: skip when this machine cannot run it, build the cluster, check
 # that nothing is left.
-skip() { echo "$prog: SKIPPED: $*"; exit 77; }
-[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces, Slurm daemons)"
-for tool in ip tc python3 bc timeout unshare; do
-  command -v "$tool" > /dev/null || skip "needs $tool"
-done
-for tool in munged slurmctld slurmd srun sbatch sinfo scontrol; do
-  command -v "$tool" > /dev/null ||
-    skip "needs $tool (Debian's munge, slurmctld, slurmd, slurm-client: scripts/install_deps.sh)"
-done
-probe="msprobe$$"
-if ! ip netns add "$probe" 2> /dev/null; then
-  skip "ip netns is not available here (ip netns add failed)"
-fi
-probe_ok=1
-ip -n "$probe" link add p0 type veth peer name p1 2> /dev/null &&
-  ip netns exec "$probe" tc qdisc add dev p0 root handle 1: htb 2> /dev/null ||
-  probe_ok=0
-ip netns del "$probe"
-[ "$probe_ok" = 1 ] || skip "this kernel has no veth or htb qdisc"
-
-binary="${1:-$root/build/bin/multislice}"
-[ -x "$binary" ] || { echo "$prog: $binary is missing" >&2; exit 1; }
-scratch="$(mktemp -d /tmp/multislice-slurm-test-XXXXXX)"
-prefix="s$(( $$ % 100000 ))"
-trap 'rm -rf "$scratch"' EXIT
-# A copy: a build that relinks the binary meanwhile must not change it under
-# the cluster's processes.
-mkdir "$scratch/bin"
-cp "$binary" "$scratch/bin/multislice"
-export MULTISLICE_BINARY="$scratch/bin/multislice"
-# The Slurm and munge daemons running now (pgrep -x takes one name of at
-# most 15 characters); not zombies, which PID 1 reaps when it will.
-slurm_daemons() {
-  local name pid state
-  for name in munged slurmctld slurmd slurmstepd; do
-    for pid in $(pgrep -x "$name" || true); do
-      state=$(ps -o stat= -p "$pid" 2> /dev/null | cut -c1 || true)
-      [ -z "$state" ] || [ "$state" = Z ] || echo "$pid"
-    done
-  done | sort
-}
-daemons_before=$(slurm_daemons)
-start=$(date +%s.%N)
-code=0
-timeout -s TERM -k 30 400 "$root/scripts/netns_cluster.sh" --slurm --hosts 4 \
-  --accelerator_type v4-16 --prefix "$prefix" \
-  -- bash "$here/slurm_cluster_test.sh" --inside "$scratch" || code=$?
-printf '%s: cluster and tests: %.1f s, exit %d\n' "$prog" \
-  "$(echo "$(date +%s.%N) - $start" | bc)" "$code"
-
+require_root "network namespaces, Slurm daemons"
+require_tools ip tc python3 bc timeout unshare
+require_slurm_tools munged slurmctld slurmd srun sbatch sinfo scontrol
+require_netns_veth_htb
+make_scratch "${1:-$root/build/bin/multislice}" slurm-test s
+note_slurm_daemons
+run_cluster "cluster and tests" 400 --slurm --hosts 4 --accelerator_type v4-16
 # Nothing left: namespaces, /etc/netns files, daemons, the cluster's files.
-left=$(ip netns list | awk -v p="$prefix-" 'index($1, p) == 1 { print $1 }')
-[ -z "$left" ] || { echo "$prog: FAILED: namespaces left: $left" >&2; code=1; }
-etc_left=$(compgen -G "/etc/netns/$prefix-*" || true)
-[ -z "$etc_left" ] || { echo "$prog: FAILED: left: $etc_left" >&2; code=1; }
-cluster_workdir=$(cat "$scratch/cluster_workdir" 2> /dev/null || true)
-if [ -n "$cluster_workdir" ]; then
-  [ ! -e "$cluster_workdir" ] ||
-    { echo "$prog: FAILED: $cluster_workdir is left" >&2; code=1; }
-  procs=$(pgrep -f -- "$cluster_workdir" || true)
-  [ -z "$procs" ] ||
-    { echo "$prog: FAILED: processes left: $(ps -o pid=,args= -p $procs)" >&2; code=1; }
-fi
-procs=$(pgrep -f -- "$scratch" || true)
-[ -z "$procs" ] ||
-  { echo "$prog: FAILED: processes left: $(ps -o pid=,args= -p $procs)" >&2; code=1; }
-daemons_after=$(slurm_daemons)
-new_daemons=$(comm -13 <(echo "$daemons_before") <(echo "$daemons_after") | grep . || true)
-[ -z "$new_daemons" ] ||
-  { echo "$prog: FAILED: daemons left: $(ps -o pid=,args= -p $new_daemons)" >&2; code=1; }
-[ "$code" -eq 0 ] && echo "$prog: PASSED (nothing left behind)"
-exit "$code"
+check_nothing_left --slurm

@@ -50,6 +50,8 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 prog=slurm_controller_test
+# shellcheck source=cluster_test_lib.sh
+source "$here/cluster_test_lib.sh"
 
 # ---------------------------------------------------------------------------
 # Inside the cluster: COMMAND of netns_cluster.sh --slurm.
@@ -61,31 +63,14 @@ if [ "${1:-}" = "--inside" ]; then
   zone=local-a
   ctl_dir="$scratch/ctl"
   mkdir -p "$ctl_dir"
-  fail() {
-    echo "$prog: FAILED: $*" >&2
-    echo "--- sinfo / squeue:" >&2
-    timeout 5 sinfo -N >&2 || true
-    timeout 5 squeue >&2 || true
-    echo "--- controller.log (tail):" >&2
-    tail -n 25 "$scratch/controller.log" >&2 || true
-    echo "--- slurmctld.log (tail):" >&2
-    tail -n 15 "$cluster_workdir/slurm/slurmctld.log" >&2 || true
-    exit 1
-  }
-  now() { date +%s.%N; }
-  since() { printf '%.1f' "$(echo "$(now) - $1" | bc)"; }
-  phase() { phase_name="$1"; phase_start=$(now); echo "== $prog: $1"; }
-  phase_done() { echo "== $prog: $phase_name passed in $(since "$phase_start") s"; }
-  wait_until() {
-    local seconds="$1" what="$2"; shift 2
-    local deadline
-    deadline=$(echo "$(now) + $seconds" | bc)
-    until "$@" >/dev/null 2>&1; do
-      if [ "$(echo "$(now) > $deadline" | bc)" = 1 ]; then
-        fail "$what: not within $seconds s"
-      fi
-      sleep 0.2
-    done
+  # fail (with Slurm's view and the controller's log), now, since, phase,
+  # phase_done, wait_until, address_of, losses, write_tiny_config:
+  # cluster_test_lib.sh.
+  on_failure() {
+    slurm_status
+    echo "--- controller.log (tail):"
+    tail -n 25 "$scratch/controller.log" || true
+    slurmctld_log_tail
   }
   # Tiers as partitions: spot jobs in "spot", which jobs of "high"
   # (reserved) preempt (PreemptMode=CANCEL); "all" (on-demand) is never
@@ -122,7 +107,6 @@ EOF
 echo "\$SLURMD_NODENAME \$MEGASCALE_SLICE_ID \$TPU_WORKER_ID \$TPU_WORKER_HOSTNAMES \$MEGASCALE_NUM_SLICES \$MULTISLICE_ATTEMPT \$MULTISLICE_ACCELERATOR_TYPE" >> "$workers"
 exec sleep 1000
 EOF
-  address_of() { awk -v h="$1" '$1 == h { print $3 }' <<<"$MULTISLICE_CLUSTER_HOSTS"; }
   # check_workers ATTEMPT: one line per slice of ATTEMPT, each on its own
   # node, with the environment of a worker of that slice.
   check_workers() {
@@ -349,34 +333,7 @@ EOF
   # "Node failure to the first step on Slurm").
   mkdir -p "$scratch/code"
   $ms data prepare --output "$scratch/ds" > /dev/null
-  cat > "$scratch/code/tiny.yml" <<EOF
-emb_dim: 32
-num_heads: 2
-num_decoder_layers: 1
-mlp_dim: 64
-max_target_length: 16
-dtype: f32
-warmup_steps: 2
-learning_rate: 3.0e-3
-eval_interval: 1000
-steps: 16
-checkpoint_period: 4
-per_device_batch_size: 1
-dcn_data_parallelism: 2
-dataset_path: $scratch/ds
-EOF
-  losses() {
-    python3 - "$1" > "$2" <<'EOF'
-import json, sys
-losses = {}
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    if "step" in r:
-        losses[r["step"]] = r["loss"]
-for step in sorted(losses):
-    print(step, repr(losses[step]))
-EOF
-  }
+  write_tiny_config "$scratch/code/tiny.yml" "$scratch/ds" 16 4
   (cd "$scratch/code" && timeout 120 $ms train tiny.yml --num_slices 2 \
     --accelerator_type cpu-1 base_output_directory="$scratch/local" run_name=ref) \
     > "$scratch/local.out" 2>&1 || fail "the local run: $(tail -n 5 "$scratch/local.out")"
@@ -521,71 +478,12 @@ fi
 # ---------------------------------------------------------------------------
 # Outside: skip when this machine cannot run it, build the cluster, check
 # that nothing is left.
-skip() { echo "$prog: SKIPPED: $*"; exit 77; }
-[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces, Slurm daemons)"
-for tool in ip tc python3 bc timeout unshare; do
-  command -v "$tool" > /dev/null || skip "needs $tool"
-done
-for tool in munged slurmctld slurmd srun sbatch sinfo scontrol squeue scancel; do
-  command -v "$tool" > /dev/null ||
-    skip "needs $tool (Debian's munge, slurmctld, slurmd, slurm-client: scripts/install_deps.sh)"
-done
-probe="msprobe$$"
-if ! ip netns add "$probe" 2> /dev/null; then
-  skip "ip netns is not available here (ip netns add failed)"
-fi
-probe_ok=1
-ip -n "$probe" link add p0 type veth peer name p1 2> /dev/null &&
-  ip netns exec "$probe" tc qdisc add dev p0 root handle 1: htb 2> /dev/null ||
-  probe_ok=0
-ip netns del "$probe"
-[ "$probe_ok" = 1 ] || skip "this kernel has no veth or htb qdisc"
-
-binary="${1:-$root/build/bin/multislice}"
-[ -x "$binary" ] || { echo "$prog: $binary is missing" >&2; exit 1; }
-scratch="$(mktemp -d /tmp/multislice-slurmctl-test-XXXXXX)"
-prefix="c$(( $$ % 100000 ))"
-trap 'rm -rf "$scratch"' EXIT
-# A copy: a build that relinks the binary meanwhile must not change it.
-mkdir "$scratch/bin"
-cp "$binary" "$scratch/bin/multislice"
-export MULTISLICE_BINARY="$scratch/bin/multislice"
-slurm_daemons() {
-  local name pid state
-  for name in munged slurmctld slurmd slurmstepd; do
-    for pid in $(pgrep -x "$name" || true); do
-      state=$(ps -o stat= -p "$pid" 2> /dev/null | cut -c1 || true)
-      [ -z "$state" ] || [ "$state" = Z ] || echo "$pid"
-    done
-  done | sort
-}
-daemons_before=$(slurm_daemons)
-start=$(date +%s.%N)
-code=0
-timeout -s TERM -k 30 400 "$root/scripts/netns_cluster.sh" --slurm --hosts 3 \
-  --accelerator_type cpu-1 --prefix "$prefix" \
-  -- bash "$here/slurm_controller_test.sh" --inside "$scratch" || code=$?
-printf '%s: cluster and tests: %.1f s, exit %d\n' "$prog" \
-  "$(echo "$(date +%s.%N) - $start" | bc)" "$code"
-
-left=$(ip netns list | awk -v p="$prefix-" 'index($1, p) == 1 { print $1 }')
-[ -z "$left" ] || { echo "$prog: FAILED: namespaces left: $left" >&2; code=1; }
-etc_left=$(compgen -G "/etc/netns/$prefix-*" || true)
-[ -z "$etc_left" ] || { echo "$prog: FAILED: left: $etc_left" >&2; code=1; }
-cluster_workdir=$(cat "$scratch/cluster_workdir" 2> /dev/null || true)
-if [ -n "$cluster_workdir" ]; then
-  [ ! -e "$cluster_workdir" ] ||
-    { echo "$prog: FAILED: $cluster_workdir is left" >&2; code=1; }
-  procs=$(pgrep -f -- "$cluster_workdir" || true)
-  [ -z "$procs" ] ||
-    { echo "$prog: FAILED: processes left: $(ps -o pid=,args= -p $procs)" >&2; code=1; }
-fi
-procs=$(pgrep -f -- "$scratch" || true)
-[ -z "$procs" ] ||
-  { echo "$prog: FAILED: processes left: $(ps -o pid=,args= -p $procs)" >&2; code=1; }
-daemons_after=$(slurm_daemons)
-new_daemons=$(comm -13 <(echo "$daemons_before") <(echo "$daemons_after") | grep . || true)
-[ -z "$new_daemons" ] ||
-  { echo "$prog: FAILED: daemons left: $(ps -o pid=,args= -p $new_daemons)" >&2; code=1; }
-[ "$code" -eq 0 ] && echo "$prog: PASSED (nothing left behind)"
-exit "$code"
+require_root "network namespaces, Slurm daemons"
+require_tools ip tc python3 bc timeout unshare
+require_slurm_tools munged slurmctld slurmd srun sbatch sinfo scontrol squeue scancel
+require_netns_veth_htb
+make_scratch "${1:-$root/build/bin/multislice}" slurmctl-test c
+note_slurm_daemons
+run_cluster "cluster and tests" 400 --slurm --hosts 3 --accelerator_type cpu-1
+# Nothing left (as slurm_cluster_test.sh).
+check_nothing_left --slurm
