@@ -227,7 +227,8 @@ TEST(GptTest, BackwardOverwritesEveryEntry) {
     ASSERT_EQ(nans[i], zeros[i]) << "entry " << i;
     ASSERT_EQ(twice[i], zeros[i]) << "entry " << i;
   }
-  const ParamTensor& wpe = ParameterLayout(c)[1];
+  const ParamTensor wpe =
+      ParameterLayout(c)[1];  // a copy: the vector is a temporary
   for (int64_t i = 3 * c.emb_dim; i < wpe.size; ++i) {
     EXPECT_EQ(nans[wpe.offset + i], 0.0f) << "wpe entry " << i;
   }

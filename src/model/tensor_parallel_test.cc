@@ -201,11 +201,13 @@ TEST(TensorShardTest, RanksTileEverySplitTensorOnceAndRoundTrip) {
   }
   // qkv.w of layer 0, rank 1 of 4: row 0 holds q's columns 4..7, k's
   // 20..23 and v's 36..39 (C = 16, 4 columns per rank per block).
-  const ParamTensor& qkv = ParameterLayout(c)[4];
+  const std::vector<ParamTensor> layout = ParameterLayout(c);
+  const std::vector<ParamTensor> local_layout = ParameterLayout(c, t);
+  const ParamTensor& qkv = layout[4];
   ASSERT_EQ(qkv.name, "h0.qkv.w");
   std::vector<float> local(local_n);
   ExtractTensorShard(c, t, 1, whole.data(), local.data());
-  const ParamTensor& lqkv = ParameterLayout(c, t)[4];
+  const ParamTensor& lqkv = local_layout[4];
   const std::vector<float> row0(local.begin() + lqkv.offset,
                                 local.begin() + lqkv.offset + 12);
   std::vector<float> want;
