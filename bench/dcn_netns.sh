@@ -518,6 +518,9 @@ elif mode == "train":
     print(json.dumps({"step_times": times, "kept": [len(k) for k in kept],
                       "counted": last - first + 1, "overlap": overlap,
                       "slices": slices, "others_s": others(slices)}))
+elif mode == "peak":
+    # peak OUTS...: the lowest matmul peak the runs measured at their start.
+    print(min(first_json(f)["peak_tflops_per_device"] for f in args))
 else:
     sys.exit("stats.py: unknown mode " + mode)
 EOF
@@ -727,21 +730,7 @@ dcn_min="$(pj "$log_dir/dcn.pool.json" 'j["min"]')"
 dcn_max="$(pj "$log_dir/dcn.pool.json" 'j["max"]')"
 
 # lowest_peak FILES...: the lowest matmul peak a run measured at its start.
-lowest_peak() {
-  "$PY" - "$@" <<'EOF'
-import json, sys
-def load(path):
-    for line in open(path, errors="replace"):
-        i = line.find("{")
-        if i >= 0:
-            try:
-                return json.loads(line[i:])
-            except ValueError:
-                pass
-    sys.exit("dcn_netns.sh: no JSON result in " + path)
-print(min(load(f)["peak_tflops_per_device"] for f in sys.argv[1:]))
-EOF
-}
+lowest_peak() { stats peak "$@"; }
 st3() { calc "'%.3f (min %.3f, max %.3f)' % ($1, $2, $3)"; }
 if [ "$workload" = shardings ]; then
   dcn_bytes="$(json "${dcn_files[0]}" 'j["dcn_bytes_per_device_per_step"]')"
