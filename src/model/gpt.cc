@@ -165,9 +165,12 @@ Status ValidateConfig(const GptConfig& c) {
   return OkStatus();
 }
 
-std::vector<ParamTensor> ParameterLayout(const GptConfig& c, int t) {
+std::vector<ParamTensor> ParameterLayout(const GptConfig& c, int t,
+                                         const PipelineStage& stage) {
   const int64_t V = c.vocab_size, T = c.max_seq_len, C = c.emb_dim,
                 H = c.mlp_dim / t, A = c.emb_dim / t;
+  const int per_stage = c.num_layers / stage.count;
+  const int first_layer = stage.index * per_stage;
   std::vector<ParamTensor> layout;
   int64_t offset = 0;
   auto add = [&](std::string name, std::vector<int64_t> shape) {
@@ -176,9 +179,9 @@ std::vector<ParamTensor> ParameterLayout(const GptConfig& c, int t) {
     layout.push_back({std::move(name), std::move(shape), offset, size});
     offset += size;
   };
-  add("wte", {V, C});
-  add("wpe", {T, C});
-  for (int l = 0; l < c.num_layers; ++l) {
+  if (stage.first() || stage.last()) add("wte", {V, C});
+  if (stage.first()) add("wpe", {T, C});
+  for (int l = first_layer; l < first_layer + per_stage; ++l) {
     const std::string p = "h" + std::to_string(l) + ".";
     add(p + "ln1.w", {C});
     add(p + "ln1.b", {C});
@@ -193,15 +196,40 @@ std::vector<ParamTensor> ParameterLayout(const GptConfig& c, int t) {
     add(p + "fc_proj.w", {H, C});
     add(p + "fc_proj.b", {C});
   }
-  add("lnf.w", {C});
-  add("lnf.b", {C});
+  if (stage.last()) {
+    add("lnf.w", {C});
+    add("lnf.b", {C});
+  }
   return layout;
 }
 
-int64_t NumParameters(const GptConfig& config, int tensor_parallelism) {
+std::vector<ParamTensor> ParameterLayout(const GptConfig& config, int t) {
+  return ParameterLayout(config, t, PipelineStage{});
+}
+
+int64_t NumParameters(const GptConfig& config, int tensor_parallelism,
+                      const PipelineStage& stage) {
   const std::vector<ParamTensor> layout =
-      ParameterLayout(config, tensor_parallelism);
+      ParameterLayout(config, tensor_parallelism, stage);
   return layout.back().offset + layout.back().size;
+}
+
+int64_t NumParameters(const GptConfig& config, int tensor_parallelism) {
+  return NumParameters(config, tensor_parallelism, PipelineStage{});
+}
+
+Status ValidatePipeline(const GptConfig& config, int stages) {
+  if (stages < 1) {
+    return InvalidArgument("pipeline stages " + std::to_string(stages) +
+                           ": expected at least 1");
+  }
+  if (config.num_layers % stages != 0) {
+    return InvalidArgument(
+        "pipeline stages " + std::to_string(stages) +
+        " must divide num_layers (" + std::to_string(config.num_layers) +
+        "): each stage holds an equal number of whole layers");
+  }
+  return OkStatus();
 }
 
 namespace {
@@ -234,9 +262,10 @@ void InitParameters(const GptConfig& config, uint64_t seed, float* params) {
 }
 
 std::vector<uint8_t> WeightDecayMask(const GptConfig& config,
-                                     int tensor_parallelism) {
+                                     int tensor_parallelism,
+                                     const PipelineStage& stage) {
   const std::vector<ParamTensor> layout =
-      ParameterLayout(config, tensor_parallelism);
+      ParameterLayout(config, tensor_parallelism, stage);
   std::vector<uint8_t> mask(
       static_cast<size_t>(layout.back().offset + layout.back().size), 0);
   for (const ParamTensor& t : layout) {
@@ -305,13 +334,20 @@ void SizeLayer(LayerActivations& a, int64_t N, int64_t C, int64_t A, int64_t H,
 }  // namespace
 
 GptModel::GptModel(const GptConfig& config, DType matmul_type,
-                   TensorParallel tensor)
+                   TensorParallel tensor, PipelineStage stage)
     : config_(config),
       tensor_(std::move(tensor)),
+      stage_(stage),
+      num_layers_(config.num_layers / std::max(1, stage.count)),
+      layer_base_((stage.first() ? 2 : 0) + (stage.last() ? 1 : 0) -
+                  (stage.first() && stage.last() ? 1 : 0)),
+      wte_(stage.first() || stage.last() ? 0 : -1),
+      wpe_(stage.first() ? 1 : -1),
+      lnf_(stage.last() ? layer_base_ + num_layers_ * kTensorsPerLayer : -1),
       attn_dim_(config.emb_dim / tensor_.size),
       heads_(config.num_heads / tensor_.size),
       mlp_dim_(config.mlp_dim / tensor_.size),
-      layout_(ParameterLayout(config, tensor_.size)),
+      layout_(ParameterLayout(config, tensor_.size, stage)),
       acts_(std::make_unique<Activations>()),
       matmul_(std::make_unique<Matmul>(matmul_type)) {}
 
@@ -331,7 +367,13 @@ TensorParallel::Wait GptModel::StartTensorAllReduce(float* buf, int64_t count) {
 }
 
 int64_t GptModel::LayerOffset(int layer, int index) const {
-  return layout_[2 + layer * kTensorsPerLayer + index].offset;
+  return layout_[layer_base_ + layer * kTensorsPerLayer + index].offset;
+}
+
+int64_t GptModel::LayerEnd(int layer) const {
+  const ParamTensor& last =
+      layout_[layer_base_ + (layer + 1) * kTensorsPerLayer - 1];
+  return last.offset + last.size;
 }
 
 void GptModel::ZeroTensor(float* grads, size_t index) const {
@@ -341,11 +383,19 @@ void GptModel::ZeroTensor(float* grads, size_t index) const {
 
 const float* GptModel::logits() const { return acts_->logits.data(); }
 
-Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
-                                const int32_t* targets, int B, int T) {
-  have_loss_ = false;
+const float* GptModel::output() const {
+  return num_layers_ > 0 ? acts_->layers.back().residual3.data()
+                         : acts_->encoded.data();
+}
+
+const float* GptModel::input_grad() const { return acts_->dresidual.data(); }
+
+Status GptModel::CheckForwardInputs(const int32_t* tokens,
+                                    const int32_t* targets, const float* input,
+                                    int B, int T) const {
   RETURN_IF_ERROR(ValidateConfig(config_));
   RETURN_IF_ERROR(ValidateTensorParallelism(config_, tensor_.size));
+  RETURN_IF_ERROR(ValidatePipeline(config_, stage_.count));
   if (B <= 0) {
     return InvalidArgument("batch size B is " + std::to_string(B) +
                            "; expected > 0");
@@ -355,22 +405,38 @@ Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
         "sequence length T is " + std::to_string(T) + "; expected 1.." +
         std::to_string(config_.max_seq_len) + " (GptConfig.max_seq_len)");
   }
-  // NH, A and H are this rank's heads, attention width and MLP width (the
-  // whole model's without tensor parallelism).
-  const int V = config_.vocab_size, C = config_.emb_dim, NH = heads_,
-            A = attn_dim_, H = mlp_dim_, L = config_.num_layers;
-  const bool rank0 = tensor_.rank == 0;
-  const int64_t N = int64_t{B} * T;
-  for (int64_t i = 0; i < N; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= V ||
+  if (!stage_.first() && input == nullptr) {
+    return InvalidArgument("pipeline stage " + std::to_string(stage_.index) +
+                           " needs the previous stage's output as input");
+  }
+  const int V = config_.vocab_size;
+  if (!stage_.first()) tokens = nullptr;
+  if (!stage_.last()) targets = nullptr;
+  for (int64_t i = 0; i < int64_t{B} * T; ++i) {
+    const bool bad_token =
+        tokens != nullptr && (tokens[i] < 0 || tokens[i] >= V);
+    if (bad_token ||
         (targets != nullptr && (targets[i] < 0 || targets[i] >= V))) {
-      const bool bad_token = tokens[i] < 0 || tokens[i] >= V;
       return InvalidArgument(
           std::string(bad_token ? "token" : "target") + " id " +
           std::to_string(bad_token ? tokens[i] : targets[i]) + " at position " +
           std::to_string(i) + " is outside [0, " + std::to_string(V) + ")");
     }
   }
+  return OkStatus();
+}
+
+Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
+                                const int32_t* targets, int B, int T,
+                                const float* input) {
+  have_loss_ = have_forward_ = false;
+  RETURN_IF_ERROR(CheckForwardInputs(tokens, targets, input, B, T));
+  // NH, A and H are this rank's heads, attention width and MLP width (the
+  // whole model's without tensor parallelism); L this stage's layers.
+  const int V = config_.vocab_size, C = config_.emb_dim, NH = heads_,
+            A = attn_dim_, H = mlp_dim_, L = num_layers_;
+  const bool rank0 = tensor_.rank == 0;
+  const int64_t N = int64_t{B} * T;
   Activations& a = *acts_;
   const DType mm_type = matmul_->type();
   if (B != B_ || T != T_ || a.layers.size() != static_cast<size_t>(L)) {
@@ -380,21 +446,23 @@ Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
     const bool f32 = mm_type == DType::kF32;
     for (LayerActivations& la : a.layers) SizeLayer(la, N, C, A, H, att, f32);
     SizeLayer(a.dlayer, N, C, A, H, 0, false);
-    a.lnf.assign(N * C, 0.0f);
-    a.lnf_mean.assign(N, 0.0f);
-    a.lnf_rstd.assign(N, 0.0f);
-    a.logits.assign(N * V, 0.0f);
-    a.probs.assign(N * V, 0.0f);
-    a.losses.assign(N, 0.0f);
+    // The head's buffers on the last stage only.
+    const int64_t head = stage_.last() ? N : 0;
+    a.lnf.assign(head * C, 0.0f);
+    a.lnf_mean.assign(head, 0.0f);
+    a.lnf_rstd.assign(head, 0.0f);
+    a.logits.assign(head * V, 0.0f);
+    a.probs.assign(head * V, 0.0f);
+    a.losses.assign(head, 0.0f);
     a.att_scratch.assign(ops::AttentionScratchSize(B, T, A, mm_type), 0.0f);
     a.dresidual.assign(N * C, 0.0f);
-    a.dlnf.assign(N * C, 0.0f);
-    a.dlogits.assign(N * V, 0.0f);
-    a.dlosses.assign(N, 0.0f);
+    a.dlnf.assign(head * C, 0.0f);
+    a.dlogits.assign(head * V, 0.0f);
+    a.dlosses.assign(head, 0.0f);
     B_ = B;
     T_ = T;
   }
-  a.tokens.assign(tokens, tokens + N);
+  if (stage_.first()) a.tokens.assign(tokens, tokens + N);
 
   // The weights in bf16, once per step (Backward reuses them).
   const int64_t num_params = layout_.back().offset + layout_.back().size;
@@ -404,8 +472,12 @@ Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
             mm_type == DType::kF32 ? nullptr : a.params16.data() + offset};
   };
 
-  ops::EncoderForward(a.encoded.data(), tokens, params + layout_[0].offset,
-                      params + layout_[1].offset, B, T, C);
+  if (stage_.first()) {
+    ops::EncoderForward(a.encoded.data(), tokens, params + layout_[wte_].offset,
+                        params + layout_[wpe_].offset, B, T, C);
+  } else {
+    std::copy_n(input, N * C, a.encoded.data());
+  }
   const float* residual = a.encoded.data();
   for (int l = 0; l < L; ++l) {
     LayerActivations& la = a.layers[l];
@@ -455,7 +527,9 @@ Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
     RETURN_IF_ERROR(TensorAllReduce(la.residual3.data(), N * C));
     residual = la.residual3.data();
   }
-  const size_t lnf_index = layout_.size() - 2;
+  have_forward_ = true;
+  if (!stage_.last()) return 0.0f;
+  const size_t lnf_index = static_cast<size_t>(lnf_);
   ops::LayerNormForward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(),
                         residual, params + layout_[lnf_index].offset,
                         params + layout_[lnf_index + 1].offset, N, C);
@@ -467,7 +541,7 @@ Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
   head.transpose_b = true;
   RETURN_IF_ERROR(matmul_->Run(head,
                                matmul_->Prepare(a.lnf.data(), N * C, a.lnf_16),
-                               w(layout_[0].offset), a.logits.data()));
+                               w(layout_[wte_].offset), a.logits.data()));
   if (targets == nullptr) return 0.0f;
 
   a.targets.assign(targets, targets + N);
@@ -480,14 +554,20 @@ Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
 }
 
 Status GptModel::Backward(const float* params, float* grads,
-                          const GradientReady& ready) {
-  if (!have_loss_) {
+                          const GradientReady& ready,
+                          const float* output_grad) {
+  if (stage_.last() && !have_loss_) {
     return FailedPrecondition(
         "GptModel::Backward needs a successful Forward with targets first");
   }
+  if (!stage_.last() && (!have_forward_ || output_grad == nullptr)) {
+    return FailedPrecondition(
+        "GptModel::Backward on pipeline stage " + std::to_string(stage_.index) +
+        " needs a successful Forward and the gradient of its output");
+  }
   Activations& a = *acts_;
   const int B = B_, T = T_, V = config_.vocab_size, C = config_.emb_dim,
-            NH = heads_, A = attn_dim_, H = mlp_dim_, L = config_.num_layers;
+            NH = heads_, A = attn_dim_, H = mlp_dim_, L = num_layers_;
   const int64_t N = int64_t{B} * T;
   const DType mm_type = matmul_->type();
   // Forward's bf16 weights: params are unchanged since (see gpt.h).
@@ -497,42 +577,48 @@ Status GptModel::Backward(const float* params, float* grads,
   };
   using Operand = Matmul::Operand;
 
-  std::fill(a.dlosses.begin(), a.dlosses.end(), 1.0f / static_cast<float>(N));
-  Zero(a.dlogits);
-  ops::CrossEntropySoftmaxBackward(a.dlogits.data(), a.dlosses.data(),
-                                   a.probs.data(), a.targets.data(), N, V);
-  // logits = lnf @ wte^T: dlnf = dlogits @ wte, dwte = dlogits^T @ lnf (the
-  // first write of dwte; the encoder adds its part at the end).
-  float* dwte = grads + layout_[0].offset;
-  const Operand dlogits = matmul_->Prepare(a.dlogits.data(), N * V, a.dout16);
-  compute::GemmDesc dx;
-  dx.m = N;
-  dx.n = C;
-  dx.k = V;
-  RETURN_IF_ERROR(
-      matmul_->Run(dx, dlogits, w(layout_[0].offset), a.dlnf.data()));
-  compute::GemmDesc dw;
-  dw.m = V;
-  dw.n = C;
-  dw.k = N;
-  dw.transpose_a = true;  // dlogits is [N,V] = [k,m]
-  RETURN_IF_ERROR(
-      matmul_->Run(dw, dlogits, Operand{a.lnf.data(), a.lnf_16.data()}, dwte));
-
-  const size_t lnf_index = layout_.size() - 2;
-  const float* last_residual =
-      L > 0 ? a.layers[L - 1].residual3.data() : a.encoded.data();
-  Zero(a.dresidual);
-  ZeroTensor(grads, lnf_index);
-  ZeroTensor(grads, lnf_index + 1);
-  ops::LayerNormBackward(a.dresidual.data(), grads + layout_[lnf_index].offset,
-                         grads + layout_[lnf_index + 1].offset, a.dlnf.data(),
-                         last_residual, params + layout_[lnf_index].offset,
-                         a.lnf_mean.data(), a.lnf_rstd.data(), N, C);
   auto done = [&](int64_t begin, int64_t end) {
     if (ready) ready(begin, end - begin);
   };
-  done(layout_[lnf_index].offset, layout_.back().offset + layout_.back().size);
+  float* dwte = wte_ >= 0 ? grads + layout_[wte_].offset : nullptr;
+  if (stage_.last()) {
+    std::fill(a.dlosses.begin(), a.dlosses.end(), 1.0f / static_cast<float>(N));
+    Zero(a.dlogits);
+    ops::CrossEntropySoftmaxBackward(a.dlogits.data(), a.dlosses.data(),
+                                     a.probs.data(), a.targets.data(), N, V);
+    // logits = lnf @ wte^T: dlnf = dlogits @ wte, dwte = dlogits^T @ lnf (the
+    // first write of dwte; the encoder adds its part at the end).
+    const Operand dlogits = matmul_->Prepare(a.dlogits.data(), N * V, a.dout16);
+    compute::GemmDesc dx;
+    dx.m = N;
+    dx.n = C;
+    dx.k = V;
+    RETURN_IF_ERROR(
+        matmul_->Run(dx, dlogits, w(layout_[wte_].offset), a.dlnf.data()));
+    compute::GemmDesc dw;
+    dw.m = V;
+    dw.n = C;
+    dw.k = N;
+    dw.transpose_a = true;  // dlogits is [N,V] = [k,m]
+    RETURN_IF_ERROR(matmul_->Run(dw, dlogits,
+                                 Operand{a.lnf.data(), a.lnf_16.data()}, dwte));
+
+    const size_t lnf_index = static_cast<size_t>(lnf_);
+    const float* last_residual =
+        L > 0 ? a.layers[L - 1].residual3.data() : a.encoded.data();
+    Zero(a.dresidual);
+    ZeroTensor(grads, lnf_index);
+    ZeroTensor(grads, lnf_index + 1);
+    ops::LayerNormBackward(a.dresidual.data(),
+                           grads + layout_[lnf_index].offset,
+                           grads + layout_[lnf_index + 1].offset, a.dlnf.data(),
+                           last_residual, params + layout_[lnf_index].offset,
+                           a.lnf_mean.data(), a.lnf_rstd.data(), N, C);
+    done(layout_[lnf_index].offset,
+         layout_.back().offset + layout_.back().size);
+  } else {
+    std::copy_n(output_grad, N * C, a.dresidual.data());
+  }
 
   // a.dresidual holds d(loss)/d(output of block l) on entry to iteration l
   // and d(loss)/d(input of block l) on exit. Input gradients that a matmul
@@ -593,13 +679,19 @@ Status GptModel::Backward(const float* params, float* grads,
     ops::LayerNormBackward(a.dresidual.data(), g(kLn1W), g(kLn1B), d.ln1.data(),
                            block_input, p(kLn1W), la.ln1_mean.data(),
                            la.ln1_rstd.data(), N, C);
-    done(LayerOffset(l, 0),
-         l + 1 < L ? LayerOffset(l + 1, 0) : layout_[lnf_index].offset);
+    done(LayerOffset(l, 0), LayerEnd(l));
   }
-  ZeroTensor(grads, 1);  // wpe: rows at or past T get no gradient
-  ops::EncoderBackward(dwte, grads + layout_[1].offset, a.dresidual.data(),
-                       a.tokens.data(), B, T, C);
-  done(0, layout_[1].offset + layout_[1].size);
+  if (stage_.first()) {
+    // Without the head on this stage the encoder writes wte's gradient
+    // first.
+    if (!stage_.last()) ZeroTensor(grads, static_cast<size_t>(wte_));
+    ZeroTensor(grads, static_cast<size_t>(wpe_));  // rows at or past T: 0
+    ops::EncoderBackward(dwte, grads + layout_[wpe_].offset, a.dresidual.data(),
+                         a.tokens.data(), B, T, C);
+    done(0, layout_[wpe_].offset + layout_[wpe_].size);
+  } else if (stage_.last()) {
+    done(0, layout_[wte_].size);  // the head's part, final since the start
+  }
   return OkStatus();
 }
 

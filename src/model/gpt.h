@@ -59,9 +59,36 @@ struct ParamTensor {
 // [3C/t], attn_proj.w [C/t,C], fc.w [C,mlp/t], fc.b [mlp/t], fc_proj.w
 // [mlp/t,C] (its heads' and its MLP columns' share), every other tensor
 // whole.
+//
+// With pipeline stages (PipelineStage) the layout of one stage: the tensors
+// it holds, in the same order, contiguous from 0.
+struct PipelineStage;
 std::vector<ParamTensor> ParameterLayout(const GptConfig& config,
                                          int tensor_parallelism = 1);
+std::vector<ParamTensor> ParameterLayout(const GptConfig& config,
+                                         int tensor_parallelism,
+                                         const PipelineStage& stage);
 int64_t NumParameters(const GptConfig& config, int tensor_parallelism = 1);
+int64_t NumParameters(const GptConfig& config, int tensor_parallelism,
+                      const PipelineStage& stage);
+
+// Which part of the network a pipeline stage runs (GPipe/Megatron): stage s
+// of p holds the L / p consecutive layers [s L/p, (s+1) L/p); the first
+// stage also the embeddings (wte, wpe), the last the final LayerNorm and the
+// head, whose weight is tied to wte: the last stage holds its own copy of
+// wte, and the two copies stay equal because the trainer sums their
+// gradients (both stages then apply the same update). p = 1 is the whole
+// model.
+struct PipelineStage {
+  int index = 0;
+  int count = 1;
+  bool first() const { return index == 0; }
+  bool last() const { return index == count - 1; }
+};
+
+// kInvalidArgument naming the values unless `stages` (>= 1) divides
+// num_layers.
+Status ValidatePipeline(const GptConfig& config, int stages);
 
 // Writes all NumParameters(config) values: weights (2-D tensors) normal with
 // std 0.02, the residual projections (attn_proj.w, fc_proj.w) scaled by
@@ -74,7 +101,8 @@ void InitParameters(const GptConfig& config, uint64_t seed, float* params);
 // for biases and LayerNorm parameters; NumParameters(config) entries.
 // With tensor parallelism t, the mask of one rank's layout.
 std::vector<uint8_t> WeightDecayMask(const GptConfig& config,
-                                     int tensor_parallelism = 1);
+                                     int tensor_parallelism = 1,
+                                     const PipelineStage& stage = {});
 
 // How one rank of t takes part in a Megatron-style tensor-parallel model:
 // the attention heads and the MLP's hidden units split t ways (qkv and fc
@@ -112,8 +140,15 @@ class GptModel {
   // and grads buffers have ParameterLayout(config, tensor.size), and every
   // rank of the group must run Forward and Backward together (each calls
   // tensor.all_reduce twice per layer in each).
+  //
+  // With stage.count > 1 the model is one pipeline stage (PipelineStage):
+  // its buffers have ParameterLayout(config, tensor.size, stage); a stage
+  // after the first reads the previous stage's output (`input`) instead of
+  // tokens, and a stage before the last returns no loss: its output() goes
+  // to the next stage, whose input_grad() comes back as Backward's
+  // output_grad.
   explicit GptModel(const GptConfig& config, DType matmul_type = DType::kF32,
-                    TensorParallel tensor = {});
+                    TensorParallel tensor = {}, PipelineStage stage = {});
   ~GptModel();
   GptModel(const GptModel&) = delete;
   GptModel& operator=(const GptModel&) = delete;
@@ -123,8 +158,13 @@ class GptModel {
   // over the B*T positions; with null targets it computes only the logits and
   // returns 0. kInvalidArgument for a bad config, shape or token id;
   // kInternal if a matmul fails. params must stay unchanged until Backward.
+  //
+  // On a pipeline stage after the first, `input` [B,T,C] replaces tokens
+  // (which may be null); a stage before the last ignores targets, returns 0
+  // and leaves its output in output().
   Result<float> Forward(const float* params, const int32_t* tokens,
-                        const int32_t* targets, int B, int T);
+                        const int32_t* targets, int B, int T,
+                        const float* input = nullptr);
 
   // Writes (=) the gradient of the last Forward's mean loss with respect to
   // params into grads (NumParameters entries, any old contents: every entry
@@ -139,12 +179,25 @@ class GptModel {
   // ranges are disjoint, cover every parameter, and each begins where the
   // next one ends, so a caller can start reducing the last layers'
   // gradients while the first layers' backward still computes.
+  //
+  // On a pipeline stage before the last, output_grad [B,T,C] is the
+  // gradient of the loss with respect to output() (the next stage's
+  // input_grad()), and the pass needs only a successful Forward. The first
+  // stage's wte gradient is the encoder's part only and the last stage's
+  // the head's: the whole gradient of the tied weight is their sum.
   using GradientReady = std::function<void(int64_t offset, int64_t count)>;
   Status Backward(const float* params, float* grads,
-                  const GradientReady& ready = {});
+                  const GradientReady& ready = {},
+                  const float* output_grad = nullptr);
 
-  // [B,T,V] logits of the last Forward.
+  // [B,T,V] logits of the last Forward (last stage only).
   const float* logits() const;
+  // A stage before the last: [B,T,C], the residual stream after its last
+  // layer in the last Forward.
+  const float* output() const;
+  // A stage after the first: [B,T,C], the gradient with respect to the
+  // last Forward's input, from the last Backward.
+  const float* input_grad() const;
 
   const GptConfig& config() const { return config_; }
 
@@ -152,8 +205,12 @@ class GptModel {
   struct Activations;
   class Matmul;
   // Offset in the flat buffer of tensor `index` (0..11, layout order) of
-  // block `layer`.
+  // this stage's block `layer` (0-based within the stage); LayerEnd: where
+  // its last tensor ends.
   int64_t LayerOffset(int layer, int index) const;
+  int64_t LayerEnd(int layer) const;
+  Status CheckForwardInputs(const int32_t* tokens, const int32_t* targets,
+                            const float* input, int B, int T) const;
   // Sets tensor `index` (of the layout) of `grads` to zero.
   void ZeroTensor(float* grads, size_t index) const;
 
@@ -164,6 +221,9 @@ class GptModel {
 
   GptConfig config_;
   TensorParallel tensor_;
+  PipelineStage stage_;
+  // This stage's layers; the layout indices of its tensors (-1 if absent).
+  int num_layers_, layer_base_, wte_, wpe_, lnf_;
   // This rank's attention width (C/t), heads (NH/t) and MLP width (mlp/t).
   int attn_dim_, heads_, mlp_dim_;
   std::vector<ParamTensor> layout_;
@@ -171,6 +231,7 @@ class GptModel {
   std::unique_ptr<Matmul> matmul_;
   int B_ = 0, T_ = 0;
   bool have_loss_ = false;
+  bool have_forward_ = false;
 };
 
 }  // namespace multislice::model::gpt

@@ -52,12 +52,17 @@ void ForEachRun(const ParamTensor& w, const ParamTensor& l, int t, int r,
   }
 }
 
+// The local layout (a stage's) holds a subsequence of the whole model's
+// tensors, in the same order.
 template <typename Copy>
-void ForEachTensorRun(const GptConfig& config, int t, int r, const Copy& copy) {
+void ForEachTensorRun(const GptConfig& config, int t, int r,
+                      const PipelineStage& stage, const Copy& copy) {
   const std::vector<ParamTensor> whole = ParameterLayout(config);
-  const std::vector<ParamTensor> local = ParameterLayout(config, t);
-  for (size_t i = 0; i < whole.size(); ++i) {
-    ForEachRun(whole[i], local[i], t, r, copy);
+  const std::vector<ParamTensor> local = ParameterLayout(config, t, stage);
+  size_t w = 0;
+  for (const ParamTensor& l : local) {
+    while (whole[w].name != l.name) ++w;
+    ForEachRun(whole[w], l, t, r, copy);
   }
 }
 
@@ -81,17 +86,21 @@ Status ValidateTensorParallelism(const GptConfig& config,
 }
 
 void ExtractTensorShard(const GptConfig& config, int t, int rank,
-                        const float* whole, float* local) {
-  ForEachTensorRun(config, t, rank, [&](int64_t w, int64_t l, int64_t n) {
-    std::copy_n(whole + w, n, local + l);
-  });
+                        const float* whole, float* local,
+                        const PipelineStage& stage) {
+  ForEachTensorRun(config, t, rank, stage,
+                   [&](int64_t w, int64_t l, int64_t n) {
+                     std::copy_n(whole + w, n, local + l);
+                   });
 }
 
 void InsertTensorShard(const GptConfig& config, int t, int rank,
-                       const float* local, float* whole) {
-  ForEachTensorRun(config, t, rank, [&](int64_t w, int64_t l, int64_t n) {
-    std::copy_n(local + l, n, whole + w);
-  });
+                       const float* local, float* whole,
+                       const PipelineStage& stage) {
+  ForEachTensorRun(config, t, rank, stage,
+                   [&](int64_t w, int64_t l, int64_t n) {
+                     std::copy_n(local + l, n, whole + w);
+                   });
 }
 
 bool IsReplicatedTensor(const std::string& name) {

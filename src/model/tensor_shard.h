@@ -1,5 +1,6 @@
 // The parameters of one tensor-parallel rank (model/gpt.h, TensorParallel)
-// against the whole model's: which part of each tensor rank r of t holds.
+// and pipeline stage (PipelineStage) against the whole model's: which part
+// of each tensor rank r of t holds, of the tensors its stage holds.
 //
 // qkv.w [C,3C] and qkv.b [3C] keep, in each of the q, k and v blocks, the
 // columns of the rank's heads [r C/t, (r+1) C/t); fc.w [C,mlp] and fc.b keep
@@ -21,14 +22,17 @@ namespace multislice::model::gpt {
 Status ValidateTensorParallelism(const GptConfig& config,
                                  int tensor_parallelism);
 
-// local (NumParameters(config, t) values) = rank's part of whole
-// (NumParameters(config) values).
+// local (NumParameters(config, t, stage) values) = rank's part of whole
+// (NumParameters(config) values), of the tensors pipeline `stage` holds.
 void ExtractTensorShard(const GptConfig& config, int t, int rank,
-                        const float* whole, float* local);
+                        const float* whole, float* local,
+                        const PipelineStage& stage = {});
 
 // The reverse: rank's part of whole = local (the replicated tensors too).
+// The first and the last stage both hold wte; inserting either writes it.
 void InsertTensorShard(const GptConfig& config, int t, int rank,
-                       const float* local, float* whole);
+                       const float* local, float* whole,
+                       const PipelineStage& stage = {});
 
 // Whether tensor `name` of the layout is whole on every rank.
 bool IsReplicatedTensor(const std::string& name);
