@@ -118,10 +118,10 @@ TEST(AddIntFlagTest, HelpShowsTheDefault) {
   EXPECT_NE(help.find("4"), std::string::npos) << help;
 }
 
-TEST(AddParallelismFlagsTest, SixFlagsWithDefaultsFromTheConfig) {
+TEST(AddParallelismFlagsTest, EightFlagsWithDefaultsFromTheConfig) {
   CLI::App app;
   mesh::ParallelismConfig config;
-  config.ici = {1, 4, 1};
+  config.ici = {1, 1, 4, 1};
   AddParallelismFlags(&app, &config);
   EXPECT_EQ(
       Parse(app, {"--ici_data_parallelism", "2",
@@ -130,8 +130,25 @@ TEST(AddParallelismFlagsTest, SixFlagsWithDefaultsFromTheConfig) {
                   "-1", "--dcn_data_parallelism", "3", "--dcn-fsdp-parallelism",
                   "5", "--dcn_tensor_parallelism=7"}),
       "");
-  EXPECT_EQ(config.ici, (std::array<int, 3>{2, 4, -1}));
-  EXPECT_EQ(config.dcn, (std::array<int, 3>{3, 5, 7}));
+  EXPECT_EQ(config.ici, (std::array<int, mesh::kNumAxes>{2, 1, 4, -1}));
+  EXPECT_EQ(config.dcn, (std::array<int, mesh::kNumAxes>{3, 1, 5, 7}));
+
+  // The stage axis has MaxText's keys, *_pipeline_parallelism.
+  CLI::App stages;
+  mesh::ParallelismConfig staged;
+  AddParallelismFlags(&stages, &staged);
+  EXPECT_EQ(Parse(stages, {"--ici_pipeline_parallelism", "2",
+                           "--dcn_pipeline_parallelism", "2"}),
+            "");
+  EXPECT_EQ(staged.ici[mesh::kStage], 2);
+  EXPECT_EQ(staged.dcn[mesh::kStage], 2);
+  EXPECT_EQ(staged.ici, (std::array<int, mesh::kNumAxes>{1, 2, 1, 1}));
+  EXPECT_EQ(staged.dcn, (std::array<int, mesh::kNumAxes>{1, 2, 1, 1}));
+  CLI::App dashes;
+  mesh::ParallelismConfig dashed;
+  AddParallelismFlags(&dashes, &dashed);
+  EXPECT_EQ(Parse(dashes, {"--dcn-pipeline-parallelism=-1"}), "");
+  EXPECT_EQ(dashed.dcn, (std::array<int, mesh::kNumAxes>{1, -1, 1, 1}));
 
   CLI::App bad;
   mesh::ParallelismConfig other;
@@ -272,11 +289,26 @@ TEST(MeshCommandTest, TwoCpuSlicesPrintLikeShardingsPy) {
             "slice_index=0), CpuDevice(id=4, slice_index=1), CpuDevice(id=5, "
             "slice_index=1), CpuDevice(id=6, slice_index=1), CpuDevice(id=7, "
             "slice_index=1)] (num_devices: 8)\n"
-            "Axis names: ('data', 'fsdp', 'tensor')\n"
-            "Mesh shape: (2, 4, 1)\n"
+            "Axis names: ('data', 'stage', 'fsdp', 'tensor')\n"
+            "Mesh shape: (2, 1, 4, 1)\n"
             "Device ids:\n"
-            "[[[0]\n  [1]\n  [2]\n  [3]]\n\n [[4]\n  [5]\n  [6]\n  [7]]]\n");
+            "[[[[0]\n   [1]\n   [2]\n   [3]]]\n\n\n"
+            " [[[4]\n   [5]\n   [6]\n   [7]]]]\n");
   EXPECT_EQ(run.err, "");
+}
+
+// Two pipeline stages, one per slice, as MaxText's mesh holds them.
+TEST(MeshCommandTest, StageAxisAcrossSlices) {
+  CommandRun run = RunMesh({"--accelerator_type", "cpu-2", "--num_slices", "2",
+                            "--dcn_pipeline_parallelism", "2",
+                            "--ici_fsdp_parallelism", "2"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("Axis names: ('data', 'stage', 'fsdp', 'tensor')\n"
+                         "Mesh shape: (1, 2, 2, 1)\n"
+                         "Device ids:\n"
+                         "[[[[0]\n   [1]]\n\n  [[2]\n   [3]]]]\n"),
+            std::string::npos)
+      << run.out;
 }
 
 TEST(MeshCommandTest, DefaultTypeIsCpuOfTheIciProduct) {
@@ -284,8 +316,8 @@ TEST(MeshCommandTest, DefaultTypeIsCpuOfTheIciProduct) {
       RunMesh({"--ici_fsdp_parallelism", "2", "--ici_tensor_parallelism", "2"});
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.out.find("(num_devices: 4)"), std::string::npos) << run.out;
-  EXPECT_NE(run.out.find("Mesh shape: (1, 2, 2)\n"), std::string::npos);
-  EXPECT_NE(run.out.find("[[[0 1]\n  [2 3]]]\n"), std::string::npos);
+  EXPECT_NE(run.out.find("Mesh shape: (1, 1, 2, 2)\n"), std::string::npos);
+  EXPECT_NE(run.out.find("[[[[0 1]\n   [2 3]]]]\n"), std::string::npos);
 }
 
 TEST(MeshCommandTest, TpuTypesPlan) {
@@ -300,7 +332,7 @@ TEST(MeshCommandTest, TpuTypesPlan) {
   EXPECT_NE(run.out.find("TpuDevice(id=31, slice_index=3, host=1)] "
                          "(num_devices: 32)\n"),
             std::string::npos);
-  EXPECT_NE(run.out.find("Mesh shape: (4, 8, 1)\n"), std::string::npos);
+  EXPECT_NE(run.out.find("Mesh shape: (4, 1, 8, 1)\n"), std::string::npos);
 }
 
 TEST(MeshCommandTest, JsonObject) {
@@ -312,11 +344,12 @@ TEST(MeshCommandTest, JsonObject) {
   EXPECT_EQ(out["accelerator_type"], "cpu-2");
   EXPECT_EQ(out["num_slices"], 2);
   EXPECT_EQ(out["axis_names"],
-            nlohmann::json::parse(R"(["data", "fsdp", "tensor"])"));
-  EXPECT_EQ(out["shape"], nlohmann::json::parse("[1, 4, 1]"));
-  EXPECT_EQ(out["ici_parallelism"], nlohmann::json::parse("[1, 2, 1]"));
-  EXPECT_EQ(out["dcn_parallelism"], nlohmann::json::parse("[1, 2, 1]"));
-  EXPECT_EQ(out["device_ids"], nlohmann::json::parse("[[[0], [1], [2], [3]]]"));
+            nlohmann::json::parse(R"(["data", "stage", "fsdp", "tensor"])"));
+  EXPECT_EQ(out["shape"], nlohmann::json::parse("[1, 1, 4, 1]"));
+  EXPECT_EQ(out["ici_parallelism"], nlohmann::json::parse("[1, 1, 2, 1]"));
+  EXPECT_EQ(out["dcn_parallelism"], nlohmann::json::parse("[1, 1, 2, 1]"));
+  EXPECT_EQ(out["device_ids"],
+            nlohmann::json::parse("[[[[0], [1], [2], [3]]]]"));
   ASSERT_EQ(out["devices"].size(), 4u);
   EXPECT_EQ(out["devices"][3],
             nlohmann::json::parse(
@@ -346,6 +379,13 @@ TEST(MeshCommandTest, ErrorsAreOneLineAndExitTwo) {
       {{"--ici_fsdp_parallelism", "0"},
        "multislice mesh: ici_fsdp_parallelism must be a positive integer or "
        "-1, got 0\n"},
+      {{"--dcn_pipeline_parallelism", "-2"},
+       "multislice mesh: dcn_pipeline_parallelism must be a positive integer "
+       "or -1, got -2\n"},
+      {{"--accelerator_type", "cpu-4", "--ici_fsdp_parallelism", "-1",
+        "--ici_pipeline_parallelism", "-1"},
+       "multislice mesh: Found unspecified values (-1) for more than one ICI "
+       "parallelism axis. At most one axis can be unspecified.\n"},
       {{"--dcn_data_parallelism", "2"},
        "multislice mesh: DCN parallelism requested but only one slice "
        "available.\n"},

@@ -105,7 +105,19 @@ INSTANTIATE_TEST_SUITE_P(
                 "the ICI parallelism 8"},
         BadCase{{"--accelerator_type", "gpu-2"}, "unknown accelerator type"},
         BadCase{{"-d", "abc"},
-                "--embedding_dimension: 'abc' is not an integer"}));
+                "--embedding_dimension: 'abc' is not an integer"},
+        // MaxText's keys of the stage axis are accepted, and refused above 1
+        // (or what a -1 resolves to).
+        BadCase{{"--ici_pipeline_parallelism", "2"},
+                "multislice shardings: ici_pipeline_parallelism=2: "
+                "multislice shardings has no pipeline stages; expected 1"},
+        BadCase{{"--dcn_pipeline_parallelism", "2"},
+                "multislice shardings: dcn_pipeline_parallelism=2: "
+                "multislice shardings has no pipeline stages; expected 1"},
+        BadCase{{"--accelerator_type", "cpu-4", "-if", "2",
+                 "--ici_pipeline_parallelism", "-1"},
+                "multislice shardings: ici_pipeline_parallelism=2: "
+                "multislice shardings has no pipeline stages; expected 1"}));
 
 // What a Progress wrote to a temporary file.
 std::string Contents(FILE* f) {

@@ -74,8 +74,9 @@ struct ShardingsShapes {
   double tflop_per_device = 0;
 };
 
-// Checks that the sizes divide as the sharding needs; kInvalidArgument names
-// the flag, the value and the divisor otherwise.
+// Checks that the sizes divide as the sharding needs and that the stage axis
+// has size 1 (no pipeline stages); kInvalidArgument names the flag, the value
+// and the divisor otherwise.
 Result<ShardingsShapes> ComputeShardingsShapes(
     const ShardingsConfig& config, const mesh::ParallelismConfig& resolved,
     int num_devices);

@@ -46,9 +46,10 @@ int CompareShard(const std::vector<float>& shard, const std::vector<float>& ref,
   return bad;
 }
 
-// argv: self --worker f32|bf16 E batch_size layers ici(3) dcn(3)
+// argv: self --worker f32|bf16 E batch_size layers ici(4) dcn(4), the
+// values in axis order (runtime::testing::ParallelismArgs).
 int WorkerMain(int argc, char** argv) {
-  if (argc != 12) return 2;
+  if (argc != 6 + 2 * mesh::kNumAxes) return 2;
   ShardingsConfig config;
   config.dtype = std::string(argv[2]) == "f32" ? DType::kF32 : DType::kBF16;
   config.embedding_dimension = std::atoi(argv[3]);
@@ -59,10 +60,7 @@ int WorkerMain(int argc, char** argv) {
   if (!env.ok() || !env->has_value()) return 2;
   runtime::RuntimeOptions options;
   options.env = **env;
-  for (int a = 0; a < 3; ++a) {
-    options.parallelism.ici[a] = std::atoi(argv[6 + a]);
-    options.parallelism.dcn[a] = std::atoi(argv[9 + a]);
-  }
+  options.parallelism = runtime::testing::ParallelismFromArgs(argv + 6);
   auto rt = runtime::Runtime::Create(options);
   if (!rt.ok()) {
     std::fprintf(stderr, "runtime: %s\n", rt.status().message().c_str());
@@ -125,7 +123,7 @@ int WorkerMain(int argc, char** argv) {
 struct MeshCase {
   const char* name;
   int slices, devices;
-  std::array<int, 3> ici, dcn;
+  runtime::testing::AxisValues ici, dcn;  // data, stage, fsdp, tensor
   // Empty: cpu-<devices>; else a TPU type run on CPU devices, one worker
   // process per host (v4-16: 2 hosts of 4 devices).
   const char* type = "";
@@ -137,8 +135,9 @@ class ShardingsMatchesReference
 TEST_P(ShardingsMatchesReference, LossAndEveryUpdatedWeight) {
   const auto& [c, dtype] = GetParam();
   std::vector<std::string> args = {"--worker", dtype, "64", "16", "2"};
-  for (int v : c.ici) args.push_back(std::to_string(v));
-  for (int v : c.dcn) args.push_back(std::to_string(v));
+  for (const std::string& v : runtime::testing::ParallelismArgs(c.ici, c.dcn)) {
+    args.push_back(v);
+  }
   const std::string type =
       *c.type ? c.type : "cpu-" + std::to_string(c.devices);
   runtime::LaunchResult result =
@@ -149,35 +148,25 @@ TEST_P(ShardingsMatchesReference, LossAndEveryUpdatedWeight) {
 INSTANTIATE_TEST_SUITE_P(
     Meshes, ShardingsMatchesReference,
     ::testing::Combine(
+        // clang-format off
         ::testing::Values(
-            MeshCase{"1x1", 1, 1, {1, 1, 1}, {1, 1, 1}},
-            MeshCase{"1x2_fsdp", 1, 2, {1, 2, 1}, {1, 1, 1}},
-            MeshCase{"1x2_tensor", 1, 2, {1, 1, 2}, {1, 1, 1}},
-            MeshCase{"1x2_data", 1, 2, {2, 1, 1}, {1, 1, 1}},
-            MeshCase{"1x4_fsdp2_tensor2", 1, 4, {1, 2, 2}, {1, 1, 1}},
-            MeshCase{"2x1_dcn_data", 2, 1, {1, 1, 1}, {2, 1, 1}},
-            MeshCase{"2x1_dcn_fsdp", 2, 1, {1, 1, 1}, {1, 2, 1}},
-            MeshCase{"2x2_dcn_data_ici_fsdp", 2, 2, {1, 2, 1}, {2, 1, 1}},
-            MeshCase{"v4_16x1_fsdp_over_2_hosts",
-                     1,
-                     8,
-                     {1, 8, 1},
-                     {1, 1, 1},
-                     "v4-16"},
-            MeshCase{
-                "v4_16x1_fsdp4_tensor2", 1, 8, {1, 4, 2}, {1, 1, 1}, "v4-16"},
-            MeshCase{"v4_16x2_dcn_data_ici_fsdp",
-                     2,
-                     8,
-                     {1, 8, 1},
-                     {2, 1, 1},
-                     "v4-16"},
-            MeshCase{"v4_16x2_dcn_fsdp_ici_data_fsdp_tensor",
-                     2,
-                     8,
-                     {2, 2, 2},
-                     {1, 2, 1},
-                     "v4-16"}),
+            MeshCase{"1x1", 1, 1, {1, 1, 1, 1}, {1, 1, 1, 1}},
+            MeshCase{"1x2_fsdp", 1, 2, {1, 1, 2, 1}, {1, 1, 1, 1}},
+            MeshCase{"1x2_tensor", 1, 2, {1, 1, 1, 2}, {1, 1, 1, 1}},
+            MeshCase{"1x2_data", 1, 2, {2, 1, 1, 1}, {1, 1, 1, 1}},
+            MeshCase{"1x4_fsdp2_tensor2", 1, 4, {1, 1, 2, 2}, {1, 1, 1, 1}},
+            MeshCase{"2x1_dcn_data", 2, 1, {1, 1, 1, 1}, {2, 1, 1, 1}},
+            MeshCase{"2x1_dcn_fsdp", 2, 1, {1, 1, 1, 1}, {1, 1, 2, 1}},
+            MeshCase{"2x2_dcn_data_ici_fsdp", 2, 2, {1, 1, 2, 1}, {2, 1, 1, 1}},
+            MeshCase{"v4_16x1_fsdp_over_2_hosts", 1, 8,
+                     {1, 1, 8, 1}, {1, 1, 1, 1}, "v4-16"},
+            MeshCase{"v4_16x1_fsdp4_tensor2", 1, 8,
+                     {1, 1, 4, 2}, {1, 1, 1, 1}, "v4-16"},
+            MeshCase{"v4_16x2_dcn_data_ici_fsdp", 2, 8,
+                     {1, 1, 8, 1}, {2, 1, 1, 1}, "v4-16"},
+            MeshCase{"v4_16x2_dcn_fsdp_ici_data_fsdp_tensor", 2, 8,
+                     {2, 1, 2, 2}, {1, 1, 2, 1}, "v4-16"}),
+        // clang-format on
         ::testing::Values("f32", "bf16")),
     [](const auto& info) {
       return std::string(std::get<0>(info.param).name) + "_" +
@@ -188,41 +177,70 @@ TEST(ShardingsShapesTest, ParameterBytesPerDeviceDivideByFsdpTimesTensor) {
   ShardingsConfig config;
   config.embedding_dimension = 256;
   config.num_layers = 3;
-  for (std::array<int, 3> ici : {std::array<int, 3>{1, 1, 1},
-                                 {1, 4, 1},
-                                 {1, 1, 4},
-                                 {2, 2, 2},
-                                 {4, 1, 2}}) {
+  struct Mesh {
+    int data, fsdp, tensor;
+  };
+  for (const Mesh& m : {Mesh{1, 1, 1}, Mesh{1, 4, 1}, Mesh{1, 1, 4},
+                        Mesh{2, 2, 2}, Mesh{4, 1, 2}}) {
     mesh::ParallelismConfig p;
-    p.ici = ici;
-    const int devices = ici[0] * ici[1] * ici[2];
+    p.ici[mesh::kData] = m.data;
+    p.ici[mesh::kFsdp] = m.fsdp;
+    p.ici[mesh::kTensor] = m.tensor;
+    const int devices = m.data * m.fsdp * m.tensor;
     auto s = ComputeShardingsShapes(config, p, devices);
     ASSERT_TRUE(s.ok()) << s.status().message();
+    EXPECT_EQ(s->data, m.data);
+    EXPECT_EQ(s->fsdp, m.fsdp);
+    EXPECT_EQ(s->tensor, m.tensor);
     const int64_t full = 2 * (4 * 256) * 256 * 3 * 2;  // bf16
-    EXPECT_EQ(s->parameter_bytes_per_device * ici[1] * ici[2], full);
-    EXPECT_EQ(s->rows * ici[0] * ici[1], s->batch);
+    EXPECT_EQ(s->parameter_bytes_per_device * m.fsdp * m.tensor, full);
+    EXPECT_EQ(s->rows * m.data * m.fsdp, s->batch);
   }
+  // Each axis is the product of its two levels.
+  mesh::ParallelismConfig p{{1, 1, 2, 1}, {2, 1, 2, 2}};
+  auto s = ComputeShardingsShapes(config, p, 16);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->data, 2);
+  EXPECT_EQ(s->fsdp, 4);
+  EXPECT_EQ(s->tensor, 2);
 }
 
 TEST(ShardingsShapesTest, SizesThatDoNotDivideAreRejected) {
   ShardingsConfig config;
   config.embedding_dimension = 100;
   mesh::ParallelismConfig p;
-  p.ici = {1, 8, 1};
+  p.ici[mesh::kFsdp] = 8;
   auto s = ComputeShardingsShapes(config, p, 8);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.status().message().find("--embedding_dimension 100"),
             std::string::npos)
       << s.status().message();
-  p.ici = {1, 1, 3};
+  p.ici = {1, 1, 1, 3};
   auto t = ComputeShardingsShapes(config, p, 3);
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("tensor parallelism 3"),
             std::string::npos);
   config.batch_size = 0;
-  p.ici = {1, 1, 1};
+  p.ici = {1, 1, 1, 1};
   EXPECT_FALSE(ComputeShardingsShapes(config, p, 1).ok());
+}
+
+// The original has no pipeline: a stage axis above 1 on either level is
+// refused, naming its key.
+TEST(ShardingsShapesTest, PipelineStagesAreRefused) {
+  ShardingsConfig config;
+  mesh::ParallelismConfig ici_stages{{1, 2, 1, 1}, {1, 1, 1, 1}};
+  auto s = ComputeShardingsShapes(config, ici_stages, 2);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.status().message(),
+            "ici_pipeline_parallelism=2: multislice shardings has no pipeline "
+            "stages; expected 1");
+  mesh::ParallelismConfig dcn_stages{{1, 1, 2, 1}, {1, 3, 1, 1}};
+  EXPECT_EQ(ComputeShardingsShapes(config, dcn_stages, 6).status().message(),
+            "dcn_pipeline_parallelism=3: multislice shardings has no pipeline "
+            "stages; expected 1");
 }
 
 }  // namespace

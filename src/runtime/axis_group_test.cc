@@ -11,19 +11,23 @@ struct Fixture {
 };
 
 // slices x cpu-devices, with the given resolved parallelism.
-Fixture Make(int slices, int devices, std::array<int, 3> ici,
-             std::array<int, 3> dcn) {
+Fixture Make(int slices, int devices, const mesh::ParallelismConfig& config) {
   auto type = mesh::ParseAcceleratorType("cpu-" + std::to_string(devices));
   EXPECT_TRUE(type.ok());
   Fixture f;
   f.devices = mesh::MakeDevices(*type, slices);
-  mesh::ParallelismConfig config;
-  config.ici = ici;
-  config.dcn = dcn;
   auto m = mesh::MeshForConfig(config, f.devices);
   EXPECT_TRUE(m.ok()) << m.status().message();
   f.mesh = *m;
   return f;
+}
+
+// The same with ici and dcn given as data, fsdp, tensor (stage 1).
+Fixture Make(int slices, int devices, std::array<int, 3> ici,
+             std::array<int, 3> dcn) {
+  return Make(slices, devices,
+              mesh::ParallelismConfig{{ici[0], 1, ici[1], ici[2]},
+                                      {dcn[0], 1, dcn[1], dcn[2]}});
 }
 
 TEST(AxisGroupTest, PathFollowsWhereTheAxesLive) {
@@ -40,10 +44,11 @@ TEST(AxisGroupTest, PathFollowsWhereTheAxesLive) {
 }
 
 TEST(AxisGroupTest, RanksAreRowMajorOverTheAxesInTheOrderGiven) {
-  // Mesh (data=2, fsdp=2, tensor=2); device ids follow the hybrid layout:
-  // slice 0 holds 0..3, slice 1 holds 4..7, fsdp major, tensor minor.
+  // Mesh (data=2, stage=1, fsdp=2, tensor=2); device ids follow the hybrid
+  // layout: slice 0 holds 0..3, slice 1 holds 4..7, fsdp major, tensor
+  // minor.
   Fixture f = Make(2, 4, {1, 2, 2}, {2, 1, 1});
-  // Device 5 is at (1, 0, 1).
+  // Device 5 is at (1, 0, 0, 1).
   auto g = MakeAxisGroup(f.mesh, f.devices, {"data", "fsdp"}, 5);
   ASSERT_TRUE(g.ok());
   EXPECT_EQ(g->members, (std::vector<int>{1, 3, 5, 7}));
@@ -78,12 +83,36 @@ TEST(AxisGroupTest, MembersOfOneGroupAgreeOnTheKeys) {
   EXPECT_NE(a->local_key, other->local_key);
 }
 
+// Two pipeline stages across slices and fsdp 2 inside each: the stage
+// group of a device is the device at its position in the other slice.
+TEST(AxisGroupTest, StageAxisAcrossSlices) {
+  Fixture f = Make(2, 2, mesh::ParallelismConfig{{1, 1, 2, 1}, {1, 2, 1, 1}});
+  auto stage = MakeAxisGroup(f.mesh, f.devices, {"stage"}, 3);
+  ASSERT_TRUE(stage.ok()) << stage.status().message();
+  EXPECT_EQ(stage->members, (std::vector<int>{1, 3}));
+  EXPECT_EQ(stage->rank, 1);
+  EXPECT_EQ(stage->dcn_size, 2);
+  EXPECT_EQ(stage->ici_size, 1);
+  EXPECT_EQ(stage->path(), Path::kNetwork);
+  EXPECT_EQ(stage->dcn_slices, (std::vector<int>{0, 1}));
+  auto fsdp = MakeAxisGroup(f.mesh, f.devices, {"fsdp"}, 3);
+  ASSERT_TRUE(fsdp.ok());
+  EXPECT_EQ(fsdp->members, (std::vector<int>{2, 3}));
+  EXPECT_EQ(fsdp->path(), Path::kShared);
+  auto both = MakeAxisGroup(f.mesh, f.devices, {"stage", "fsdp"}, 3);
+  ASSERT_TRUE(both.ok());
+  EXPECT_EQ(both->members, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(both->path(), Path::kTwoLevel);
+}
+
 TEST(AxisGroupTest, BadAxisNamesAreRejected) {
   Fixture f = Make(1, 2, {1, 2, 1}, {1, 1, 1});
+  // MaxText's keys say pipeline; the mesh axis is stage.
   auto unknown = MakeAxisGroup(f.mesh, f.devices, {"pipeline"}, 0);
   ASSERT_FALSE(unknown.ok());
   EXPECT_EQ(unknown.status().message(),
-            "unknown mesh axis 'pipeline': expected one of data, fsdp, tensor");
+            "unknown mesh axis 'pipeline': expected one of data, stage, fsdp, "
+            "tensor");
   auto twice = MakeAxisGroup(f.mesh, f.devices, {"fsdp", "fsdp"}, 0);
   ASSERT_FALSE(twice.ok());
   EXPECT_EQ(twice.status().code(), StatusCode::kInvalidArgument);

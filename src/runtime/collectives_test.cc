@@ -112,8 +112,13 @@ int SweepOnDevice(Runtime& rt, int local, size_t large, int* checked) {
   DeviceCollectives& coll = rt.collectives(local);
   const int me = rt.local_devices()[local];
   const std::vector<std::vector<std::string>> axes_sets = {
-      {"data"},         {"fsdp"},         {"tensor"},
-      {"data", "fsdp"}, {"fsdp", "data"}, {"data", "fsdp", "tensor"}};
+      {"data"},
+      {"stage"},
+      {"fsdp"},
+      {"tensor"},
+      {"data", "fsdp"},
+      {"fsdp", "data"},
+      {"data", "fsdp", "tensor"}};
   int wrong = 0, salt = 0;
   for (const auto& axes : axes_sets) {
     const std::vector<int> group = ReferenceGroup(rt.mesh(), axes, me);
@@ -223,8 +228,11 @@ int CheckPointToPoint(Runtime& rt, int local, size_t large) {
   const int me = rt.local_devices()[local];
   int wrong = 0, salt = 500;
   for (const std::vector<std::string>& axes :
-       std::vector<std::vector<std::string>>{
-           {"data"}, {"fsdp"}, {"tensor"}, {"data", "fsdp", "tensor"}}) {
+       std::vector<std::vector<std::string>>{{"data"},
+                                             {"stage"},
+                                             {"fsdp"},
+                                             {"tensor"},
+                                             {"data", "fsdp", "tensor"}}) {
     const std::vector<int> group = ReferenceGroup(rt.mesh(), axes, me);
     const int p = static_cast<int>(group.size());
     const int r = static_cast<int>(std::find(group.begin(), group.end(), me) -
@@ -385,10 +393,11 @@ int CheckBytesPerLevel(Runtime& rt, int local, const char* op) {
 }
 
 int WorkerMain(int argc, char** argv) {
-  // argv: self --worker ici_data ici_fsdp ici_tensor dcn_data dcn_fsdp
-  // dcn_tensor [large count of the sweep]
-  if (argc != 8 && argc != 9) return 2;
-  const size_t large = argc == 9 ? std::atol(argv[8]) : 1000003;
+  // argv: self --worker ici(4) dcn(4) [large count of the sweep], the
+  // values in axis order (testing::ParallelismArgs).
+  constexpr int kArgs = 2 + 2 * mesh::kNumAxes;
+  if (argc != kArgs && argc != kArgs + 1) return 2;
+  const size_t large = argc == kArgs + 1 ? std::atol(argv[kArgs]) : 1000003;
   auto env = ReadWorkerEnv(ProcessEnvironment());
   if (!env.ok() || !env->has_value()) {
     std::fprintf(stderr, "worker environment missing\n");
@@ -396,10 +405,7 @@ int WorkerMain(int argc, char** argv) {
   }
   RuntimeOptions options;
   options.env = **env;
-  for (int a = 0; a < 3; ++a) {
-    options.parallelism.ici[a] = std::atoi(argv[2 + a]);
-    options.parallelism.dcn[a] = std::atoi(argv[5 + a]);
-  }
+  options.parallelism = testing::ParallelismFromArgs(argv + 2);
   options.timeout = std::chrono::seconds(60);
   auto rt = Runtime::Create(options);
   if (!rt.ok()) {
@@ -434,7 +440,7 @@ int WorkerMain(int argc, char** argv) {
 
 struct MeshCase {
   int slices, devices;
-  std::array<int, 3> ici, dcn;
+  testing::AxisValues ici, dcn;
 };
 
 class CollectivesTest : public ::testing::TestWithParam<MeshCase> {};
@@ -442,8 +448,9 @@ class CollectivesTest : public ::testing::TestWithParam<MeshCase> {};
 TEST_P(CollectivesTest, EveryOpPathDtypeAndReductionMatchesTheReference) {
   const MeshCase& c = GetParam();
   std::vector<std::string> args = {"--worker"};
-  for (int v : c.ici) args.push_back(std::to_string(v));
-  for (int v : c.dcn) args.push_back(std::to_string(v));
+  for (const std::string& v : testing::ParallelismArgs(c.ici, c.dcn)) {
+    args.push_back(v);
+  }
   LaunchResult result = testing::RunSelfAsWorkers(c.slices, c.devices, args);
   EXPECT_EQ(result.exit_code, 0) << "failed worker " << result.failed_worker;
 }
@@ -454,7 +461,7 @@ TEST_P(CollectivesTest, EveryOpPathDtypeAndReductionMatchesTheReference) {
 struct MultiHostCase {
   std::string type;
   int slices;
-  std::array<int, 3> ici, dcn;
+  testing::AxisValues ici, dcn;
 };
 
 class MultiHostCollectivesTest
@@ -463,32 +470,35 @@ class MultiHostCollectivesTest
 TEST_P(MultiHostCollectivesTest, EveryOpMatchesTheReferenceAcrossHosts) {
   const MultiHostCase& c = GetParam();
   std::vector<std::string> args = {"--worker"};
-  for (int v : c.ici) args.push_back(std::to_string(v));
-  for (int v : c.dcn) args.push_back(std::to_string(v));
+  for (const std::string& v : testing::ParallelismArgs(c.ici, c.dcn)) {
+    args.push_back(v);
+  }
   args.push_back("65537");  // up to 32 devices: a smaller large size
   LaunchResult result = testing::RunSelfAsWorkersOf(c.type, c.slices, args);
   EXPECT_EQ(result.exit_code, 0) << "failed worker " << result.failed_worker;
 }
 
-// v4-16: 2 hosts of 4 devices; v5litepod-16: 4 hosts of 4.
+// v4-16: 2 hosts of 4 devices; v5litepod-16: 4 hosts of 4. ici and dcn:
+// data, stage, fsdp, tensor.
 INSTANTIATE_TEST_SUITE_P(
     Slices, MultiHostCollectivesTest,
-    ::testing::Values(MultiHostCase{"v4-16", 1, {1, 8, 1}, {1, 1, 1}},
-                      MultiHostCase{"v4-16", 1, {2, 4, 1}, {1, 1, 1}},
-                      MultiHostCase{"v4-16", 1, {1, 4, 2}, {1, 1, 1}},
-                      MultiHostCase{"v4-16", 2, {1, 8, 1}, {2, 1, 1}},
-                      MultiHostCase{"v4-16", 2, {2, 2, 2}, {1, 2, 1}},
-                      MultiHostCase{"v4-16", 3, {4, 2, 1}, {3, 1, 1}},
-                      MultiHostCase{"v5litepod-16", 1, {1, 4, 4}, {1, 1, 1}},
-                      MultiHostCase{"v5litepod-16", 2, {1, 16, 1}, {2, 1, 1}}),
+    ::testing::Values(
+        MultiHostCase{"v4-16", 1, {1, 1, 8, 1}, {1, 1, 1, 1}},
+        MultiHostCase{"v4-16", 1, {2, 1, 4, 1}, {1, 1, 1, 1}},
+        MultiHostCase{"v4-16", 1, {1, 1, 4, 2}, {1, 1, 1, 1}},
+        MultiHostCase{"v4-16", 2, {1, 1, 8, 1}, {2, 1, 1, 1}},
+        MultiHostCase{"v4-16", 2, {2, 1, 2, 2}, {1, 1, 2, 1}},
+        MultiHostCase{"v4-16", 3, {4, 1, 2, 1}, {3, 1, 1, 1}},
+        MultiHostCase{"v5litepod-16", 1, {1, 1, 4, 4}, {1, 1, 1, 1}},
+        MultiHostCase{"v5litepod-16", 2, {1, 1, 16, 1}, {2, 1, 1, 1}},
+        // Two stages, one per host of the slice, fsdp inside each host.
+        MultiHostCase{"v4-16", 1, {1, 2, 4, 1}, {1, 1, 1, 1}}),
     [](const ::testing::TestParamInfo<MultiHostCase>& info) {
       const MultiHostCase& c = info.param;
       std::string type = c.type;
       std::replace(type.begin(), type.end(), '-', '_');
       return type + "x" + std::to_string(c.slices) + "_ici" +
-             std::to_string(c.ici[0]) + std::to_string(c.ici[1]) +
-             std::to_string(c.ici[2]) + "_dcn" + std::to_string(c.dcn[0]) +
-             std::to_string(c.dcn[1]) + std::to_string(c.dcn[2]);
+             testing::AxisDigits(c.ici) + "_dcn" + testing::AxisDigits(c.dcn);
     });
 
 // The same job meeting in a Redis store instead of a directory, as workers
@@ -496,30 +506,37 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(CollectivesRedisTest, TwoSlicesMeetThroughRedis) {
   dcn::testing::RedisServer redis;
   ASSERT_TRUE(redis.ready()) << "redis-server did not start";
-  LaunchResult result = testing::RunSelfAsWorkers(
-      2, 2, {"--worker", "1", "2", "1", "2", "1", "1"}, "redis-run",
-      redis.address().ToString());
+  std::vector<std::string> args = {"--worker"};
+  for (const std::string& v :
+       testing::ParallelismArgs({1, 1, 2, 1}, {2, 1, 1, 1})) {
+    args.push_back(v);
+  }
+  LaunchResult result = testing::RunSelfAsWorkers(2, 2, args, "redis-run",
+                                                  redis.address().ToString());
   EXPECT_EQ(result.exit_code, 0) << "failed worker " << result.failed_worker;
 }
 
-// slices x devices; ici (data, fsdp, tensor); dcn (data, fsdp, tensor).
+// slices x devices; ici and dcn: data, stage, fsdp, tensor.
 INSTANTIATE_TEST_SUITE_P(
     Meshes, CollectivesTest,
-    ::testing::Values(MeshCase{1, 1, {1, 1, 1}, {1, 1, 1}},
-                      MeshCase{1, 2, {1, 2, 1}, {1, 1, 1}},
-                      MeshCase{2, 1, {1, 1, 1}, {2, 1, 1}},
-                      MeshCase{2, 2, {1, 2, 1}, {2, 1, 1}},
-                      MeshCase{2, 2, {2, 1, 1}, {1, 2, 1}},
-                      MeshCase{1, 4, {1, 2, 2}, {1, 1, 1}},
-                      MeshCase{2, 4, {1, 2, 2}, {2, 1, 1}},
-                      MeshCase{3, 2, {1, 2, 1}, {3, 1, 1}},
-                      MeshCase{4, 2, {1, 1, 2}, {2, 2, 1}}),
+    ::testing::Values(MeshCase{1, 1, {1, 1, 1, 1}, {1, 1, 1, 1}},
+                      MeshCase{1, 2, {1, 1, 2, 1}, {1, 1, 1, 1}},
+                      MeshCase{2, 1, {1, 1, 1, 1}, {2, 1, 1, 1}},
+                      MeshCase{2, 2, {1, 1, 2, 1}, {2, 1, 1, 1}},
+                      MeshCase{2, 2, {2, 1, 1, 1}, {1, 1, 2, 1}},
+                      MeshCase{1, 4, {1, 1, 2, 2}, {1, 1, 1, 1}},
+                      MeshCase{2, 4, {1, 1, 2, 2}, {2, 1, 1, 1}},
+                      MeshCase{3, 2, {1, 1, 2, 1}, {3, 1, 1, 1}},
+                      MeshCase{4, 2, {1, 1, 1, 2}, {2, 1, 2, 1}},
+                      // Pipeline stages across slices, with fsdp inside.
+                      MeshCase{2, 2, {1, 1, 2, 1}, {1, 2, 1, 1}},
+                      // Stages inside a slice and data across slices.
+                      MeshCase{2, 2, {1, 2, 1, 1}, {2, 1, 1, 1}}),
     [](const ::testing::TestParamInfo<MeshCase>& info) {
       const MeshCase& c = info.param;
       return std::to_string(c.slices) + "x" + std::to_string(c.devices) +
-             "_ici" + std::to_string(c.ici[0]) + std::to_string(c.ici[1]) +
-             std::to_string(c.ici[2]) + "_dcn" + std::to_string(c.dcn[0]) +
-             std::to_string(c.dcn[1]) + std::to_string(c.dcn[2]);
+             "_ici" + testing::AxisDigits(c.ici) + "_dcn" +
+             testing::AxisDigits(c.dcn);
     });
 
 }  // namespace

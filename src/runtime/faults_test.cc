@@ -38,8 +38,8 @@ int WorkerMain(int argc, char** argv) {
   if (!env.ok() || !env->has_value()) return 2;
   RuntimeOptions options;
   options.env = **env;
-  options.parallelism.ici = {1, -1, 1};
-  options.parallelism.dcn = {-1, 1, 1};
+  options.parallelism.ici[mesh::kFsdp] = -1;
+  options.parallelism.dcn[mesh::kData] = -1;
   options.timeout = std::chrono::seconds(timeout_seconds);
   auto rt = Runtime::Create(options);
   if (!rt.ok()) {

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include "common/temp_dir.h"
 #include "runtime/comm/types.h"
 #include "runtime/launcher.h"
+#include "runtime/mesh/parallelism.h"
 #include "runtime/runtime.h"
 #include "runtime/worker_env.h"
 
@@ -51,6 +53,37 @@ inline LaunchResult RunSelfAsWorkers(int num_slices, int devices,
                                      const std::string& store_address = "") {
   return RunSelfAsWorkersOf("cpu-" + std::to_string(devices), num_slices, args,
                             run_id, store_address);
+}
+
+// One level of a parallelism configuration, by mesh::Axis.
+using AxisValues = std::array<int, mesh::kNumAxes>;
+
+// A worker's command-line form of a parallelism configuration: the ici
+// values, then the dcn values, each in axis order (data, stage, fsdp,
+// tensor): 2 * kNumAxes arguments, read back by ParallelismFromArgs.
+inline std::vector<std::string> ParallelismArgs(const AxisValues& ici,
+                                                const AxisValues& dcn) {
+  std::vector<std::string> args;
+  for (int v : ici) args.push_back(std::to_string(v));
+  for (int v : dcn) args.push_back(std::to_string(v));
+  return args;
+}
+
+// The configuration of the 2 * kNumAxes arguments from `args` on.
+inline mesh::ParallelismConfig ParallelismFromArgs(char** args) {
+  mesh::ParallelismConfig config;
+  for (int a = 0; a < mesh::kNumAxes; ++a) {
+    config.ici[a] = std::atoi(args[a]);
+    config.dcn[a] = std::atoi(args[mesh::kNumAxes + a]);
+  }
+  return config;
+}
+
+// "1121" for {1, 1, 2, 1}: the values of one level in a test name.
+inline std::string AxisDigits(const AxisValues& values) {
+  std::string text;
+  for (int v : values) text += std::to_string(v);
+  return text;
 }
 
 // The body of a worker of RunSelfAsWorkers: a Runtime from the worker

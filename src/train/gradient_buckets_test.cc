@@ -68,8 +68,8 @@ int CheckOnDevice(runtime::Runtime& rt, int local) {
 
 int WorkerMain() {
   mesh::ParallelismConfig parallelism;
-  parallelism.ici = {kDevices, 1, 1};
-  parallelism.dcn = {kSlices, 1, 1};
+  parallelism.ici[mesh::kData] = kDevices;
+  parallelism.dcn[mesh::kData] = kSlices;
   return runtime::testing::RunDeviceChecks(parallelism, CheckOnDevice);
 }
 

@@ -71,8 +71,9 @@ int CheckOnDevice(runtime::Runtime& rt, int local) {
 
 int WorkerMain(char** argv) {
   mesh::ParallelismConfig parallelism;
-  parallelism.ici = {std::atoi(argv[2]), std::atoi(argv[3]), 1};
-  parallelism.dcn = {std::atoi(argv[4]), 1, 1};
+  parallelism.ici[mesh::kData] = std::atoi(argv[2]);
+  parallelism.ici[mesh::kFsdp] = std::atoi(argv[3]);
+  parallelism.dcn[mesh::kData] = std::atoi(argv[4]);
   return runtime::testing::RunDeviceChecks(parallelism, CheckOnDevice);
 }
 

@@ -41,17 +41,46 @@ struct MultiHostCase {
   std::string type;
   int num_slices;
   ParallelismConfig requested;
-  int chips;               // per slice
-  int hosts_per_slice;     // worker VMs per slice
-  std::array<int, 3> ici;  // resolved: data, fsdp, tensor
-  std::array<int, 3> dcn;
+  int chips;                      // per slice
+  int hosts_per_slice;            // worker VMs per slice
+  std::array<int, kNumAxes> ici;  // resolved: data, stage, fsdp, tensor
+  std::array<int, kNumAxes> dcn;
 };
+
+std::string Joined(const std::array<int, kNumAxes>& values) {
+  std::string text;
+  for (int v : values) text += (text.empty() ? "" : ", ") + std::to_string(v);
+  return text;
+}
 
 // gtest prints a case like this when a test fails.
 void PrintTo(const MultiHostCase& c, std::ostream* os) {
-  *os << c.num_slices << " x " << c.type << ", ici (" << c.ici[0] << ", "
-      << c.ici[1] << ", " << c.ici[2] << "), dcn (" << c.dcn[0] << ", "
-      << c.dcn[1] << ", " << c.dcn[2] << ")";
+  *os << c.num_slices << " x " << c.type << ", ici (" << Joined(c.ici)
+      << "), dcn (" << Joined(c.dcn) << ")";
+}
+
+int ProductOf(const std::array<int, kNumAxes>& values) {
+  int p = 1;
+  for (int v : values) p *= v;
+  return p;
+}
+
+// The row-major digits of `index` over `shape`, and back.
+std::array<int, kNumAxes> Digits(int index,
+                                 const std::array<int, kNumAxes>& shape) {
+  std::array<int, kNumAxes> digits{};
+  for (int a = kNumAxes - 1; a >= 0; --a) {
+    digits[a] = index % shape[a];
+    index /= shape[a];
+  }
+  return digits;
+}
+
+int RowMajor(const std::array<int, kNumAxes>& digits,
+             const std::array<int, kNumAxes>& shape) {
+  int index = 0;
+  for (int a = 0; a < kNumAxes; ++a) index = index * shape[a] + digits[a];
+  return index;
 }
 
 // The chip count and chips per host of a TPU type, from the rules in the
@@ -86,7 +115,7 @@ struct ReferenceDevice {
 };
 
 struct Reference {
-  std::vector<int> shape;                  // dcn[i] * ici[i]
+  std::array<int, kNumAxes> shape;         // dcn[i] * ici[i]
   std::vector<int> mesh_ids;               // row-major over shape
   std::map<int, ReferenceDevice> devices;  // by id
   // Process index -> the ids of the chips of its host, in id order.
@@ -121,68 +150,87 @@ Reference BuildReference(const MultiHostCase& c) {
     }
   }
 
-  // The global array, tile by tile.
-  const std::array<int, 3>& ici = c.ici;
-  const std::array<int, 3>& dcn = c.dcn;
-  ref.shape = {dcn[0] * ici[0], dcn[1] * ici[1], dcn[2] * ici[2]};
-  ref.mesh_ids.assign(ref.shape[0] * ref.shape[1] * ref.shape[2], -1);
-  int slice = 0;
-  for (int s0 = 0; s0 < dcn[0]; ++s0) {
-    for (int s1 = 0; s1 < dcn[1]; ++s1) {
-      for (int s2 = 0; s2 < dcn[2]; ++s2) {
-        // The slice's own mesh: its devices in id order, reshaped to ici.
-        std::vector<int> ids = slice_ids[slice];
-        std::sort(ids.begin(), ids.end());
-        size_t next = 0;
-        for (int i0 = 0; i0 < ici[0]; ++i0) {
-          for (int i1 = 0; i1 < ici[1]; ++i1) {
-            for (int i2 = 0; i2 < ici[2]; ++i2) {
-              const int g0 = s0 * ici[0] + i0;
-              const int g1 = s1 * ici[1] + i1;
-              const int g2 = s2 * ici[2] + i2;
-              ref.mesh_ids[(g0 * ref.shape[1] + g1) * ref.shape[2] + g2] =
-                  ids[next++];
-            }
-          }
-        }
-        ++slice;
+  // The global array, tile by tile: slice k's tile is at the row-major
+  // digits of k over dcn, and the slice's own mesh (its devices in id order,
+  // reshaped to ici) fills it.
+  const std::array<int, kNumAxes>& ici = c.ici;
+  const std::array<int, kNumAxes>& dcn = c.dcn;
+  for (int a = 0; a < kNumAxes; ++a) ref.shape[a] = dcn[a] * ici[a];
+  ref.mesh_ids.assign(ProductOf(ref.shape), -1);
+  for (int slice = 0; slice < c.num_slices; ++slice) {
+    const std::array<int, kNumAxes> tile = Digits(slice, dcn);
+    std::vector<int> ids = slice_ids[slice];
+    std::sort(ids.begin(), ids.end());
+    for (int p = 0; p < ProductOf(ici); ++p) {
+      const std::array<int, kNumAxes> inside = Digits(p, ici);
+      std::array<int, kNumAxes> global;
+      for (int a = 0; a < kNumAxes; ++a) {
+        global[a] = tile[a] * ici[a] + inside[a];
       }
+      ref.mesh_ids[RowMajor(global, ref.shape)] = ids[p];
     }
   }
   return ref;
 }
 
 // The cases. Hosts per slice and chips are written out by hand.
+// One case per two lines: the resolved values under the requested ones.
+// clang-format off
 const MultiHostCase kCases[] = {
     // v4-16: 8 chips, 2 hosts. One slice: the plain (non-hybrid) path.
-    {"v4-16", 1, {{1, -1, 1}, {1, 1, 1}}, 8, 2, {1, 8, 1}, {1, 1, 1}},
-    {"v4-16", 2, {{1, 4, 2}, {2, 1, 1}}, 8, 2, {1, 4, 2}, {2, 1, 1}},
+    {"v4-16", 1, {{1, 1, -1, 1}, {1, 1, 1, 1}},
+     8, 2, {1, 1, 8, 1}, {1, 1, 1, 1}},
+    {"v4-16", 2, {{1, 1, 4, 2}, {2, 1, 1, 1}},
+     8, 2, {1, 1, 4, 2}, {2, 1, 1, 1}},
     // v4-32: 16 chips, 4 hosts.
-    {"v4-32", 2, {{2, 4, 2}, {1, 2, 1}}, 16, 4, {2, 4, 2}, {1, 2, 1}},
-    {"v4-32", 3, {{1, 16, 1}, {-1, 1, 1}}, 16, 4, {1, 16, 1}, {3, 1, 1}},
+    {"v4-32", 2, {{2, 1, 4, 2}, {1, 1, 2, 1}},
+     16, 4, {2, 1, 4, 2}, {1, 1, 2, 1}},
+    {"v4-32", 3, {{1, 1, 16, 1}, {-1, 1, 1, 1}},
+     16, 4, {1, 1, 16, 1}, {3, 1, 1, 1}},
     // v4-64: 32 chips, 8 hosts; DCN on two axes.
-    {"v4-64", 4, {{1, 32, 1}, {2, 1, 2}}, 32, 8, {1, 32, 1}, {2, 1, 2}},
+    {"v4-64", 4, {{1, 1, 32, 1}, {2, 1, 1, 2}},
+     32, 8, {1, 1, 32, 1}, {2, 1, 1, 2}},
     // The seed's run: 2 x v5litepod-16, dcn_data=2, ici_fsdp=16.
-    {"v5litepod-16", 2, {{1, 16, 1}, {2, 1, 1}}, 16, 4, {1, 16, 1}, {2, 1, 1}},
-    {"v5litepod-16", 3, {{1, 4, 4}, {3, 1, 1}}, 16, 4, {1, 4, 4}, {3, 1, 1}},
+    {"v5litepod-16", 2, {{1, 1, 16, 1}, {2, 1, 1, 1}},
+     16, 4, {1, 1, 16, 1}, {2, 1, 1, 1}},
+    {"v5litepod-16", 3, {{1, 1, 4, 4}, {3, 1, 1, 1}},
+     16, 4, {1, 1, 4, 4}, {3, 1, 1, 1}},
     // v5litepod-32: 32 chips, 8 hosts.
-    {"v5litepod-32", 1, {{2, 16, 1}, {1, 1, 1}}, 32, 8, {2, 16, 1}, {1, 1, 1}},
-    {"v5litepod-32", 2, {{1, 8, 4}, {2, 1, 1}}, 32, 8, {1, 8, 4}, {2, 1, 1}},
+    {"v5litepod-32", 1, {{2, 1, 16, 1}, {1, 1, 1, 1}},
+     32, 8, {2, 1, 16, 1}, {1, 1, 1, 1}},
+    {"v5litepod-32", 2, {{1, 1, 8, 4}, {2, 1, 1, 1}},
+     32, 8, {1, 1, 8, 4}, {2, 1, 1, 1}},
     // v5litepod-8: 8 chips on one host (the largest one-host size).
-    {"v5litepod-8", 2, {{2, 4, 1}, {1, 2, 1}}, 8, 1, {2, 4, 1}, {1, 2, 1}},
+    {"v5litepod-8", 2, {{2, 1, 4, 1}, {1, 1, 2, 1}},
+     8, 1, {2, 1, 4, 1}, {1, 1, 2, 1}},
     // v5p-32: 16 chips, 4 hosts; four slices as 2 x 2 over DCN.
-    {"v5p-32", 4, {{1, -1, 2}, {2, 2, 1}}, 16, 4, {1, 8, 2}, {2, 2, 1}},
+    {"v5p-32", 4, {{1, 1, -1, 2}, {2, 1, 2, 1}},
+     16, 4, {1, 1, 8, 2}, {2, 1, 2, 1}},
     // v5p-64: 32 chips, 8 hosts.
-    {"v5p-64", 3, {{-1, 4, 2}, {1, 3, 1}}, 32, 8, {4, 4, 2}, {1, 3, 1}},
+    {"v5p-64", 3, {{-1, 1, 4, 2}, {1, 1, 3, 1}},
+     32, 8, {4, 1, 4, 2}, {1, 1, 3, 1}},
     // v6e-16: 16 chips, 4 hosts; all of DCN on tensor.
-    {"v6e-16", 4, {{2, 2, 4}, {1, 1, -1}}, 16, 4, {2, 2, 4}, {1, 1, 4}},
+    {"v6e-16", 4, {{2, 1, 2, 4}, {1, 1, 1, -1}},
+     16, 4, {2, 1, 2, 4}, {1, 1, 1, 4}},
     // v6e-32: 32 chips, 8 hosts.
-    {"v6e-32", 2, {{1, 8, 4}, {1, 2, 1}}, 32, 8, {1, 8, 4}, {1, 2, 1}},
+    {"v6e-32", 2, {{1, 1, 8, 4}, {1, 1, 2, 1}},
+     32, 8, {1, 1, 8, 4}, {1, 1, 2, 1}},
     // v6e-64: 64 chips, 16 hosts.
-    {"v6e-64", 2, {{4, 16, 1}, {1, 1, 2}}, 64, 16, {4, 16, 1}, {1, 1, 2}},
+    {"v6e-64", 2, {{4, 1, 16, 1}, {1, 1, 1, 2}},
+     64, 16, {4, 1, 16, 1}, {1, 1, 1, 2}},
     // v6e-128: 128 chips, 32 hosts.
-    {"v6e-128", 2, {{1, 32, 4}, {2, 1, 1}}, 128, 32, {1, 32, 4}, {2, 1, 1}},
+    {"v6e-128", 2, {{1, 1, 32, 4}, {2, 1, 1, 1}},
+     128, 32, {1, 1, 32, 4}, {2, 1, 1, 1}},
+    // Pipeline stages: across slices, across the hosts of a slice, and on
+    // both levels with the -1 on the stage axis.
+    {"v4-16", 2, {{1, 1, 8, 1}, {1, 2, 1, 1}},
+     8, 2, {1, 1, 8, 1}, {1, 2, 1, 1}},
+    {"v6e-16", 1, {{1, 4, -1, 1}, {1, 1, 1, 1}},
+     16, 4, {1, 4, 4, 1}, {1, 1, 1, 1}},
+    {"v5litepod-16", 4, {{1, -1, 4, 2}, {2, 2, 1, 1}},
+     16, 4, {1, 2, 4, 2}, {2, 2, 1, 1}},
 };
+// clang-format on
 
 std::string CaseName(const ::testing::TestParamInfo<MultiHostCase>& info) {
   const MultiHostCase& c = info.param;
@@ -203,8 +251,8 @@ class MultiHostMeshTest : public ::testing::TestWithParam<MultiHostCase> {
     ASSERT_EQ(rt.chips, c.chips);
     ASSERT_EQ((rt.chips + rt.chips_per_host - 1) / rt.chips_per_host,
               c.hosts_per_slice);
-    ASSERT_EQ(c.ici[0] * c.ici[1] * c.ici[2], c.chips);
-    ASSERT_EQ(c.dcn[0] * c.dcn[1] * c.dcn[2], c.num_slices);
+    ASSERT_EQ(ProductOf(c.ici), c.chips);
+    ASSERT_EQ(ProductOf(c.dcn), c.num_slices);
 
     Result<AcceleratorType> type = ParseAcceleratorType(c.type);
     ASSERT_TRUE(type.ok()) << type.status().message();
@@ -254,25 +302,22 @@ TEST_P(MultiHostMeshTest, TypeAndResolvedParallelism) {
 TEST_P(MultiHostMeshTest, MeshMatchesTiledSliceMeshes) {
   const MultiHostCase& c = GetParam();
   EXPECT_EQ(mesh_.axis_names,
-            (std::vector<std::string>{"data", "fsdp", "tensor"}));
-  EXPECT_EQ(mesh_.shape, ref_.shape);
+            (std::vector<std::string>{"data", "stage", "fsdp", "tensor"}));
+  EXPECT_EQ(mesh_.shape,
+            std::vector<int>(ref_.shape.begin(), ref_.shape.end()));
   EXPECT_EQ(mesh_.ici_shape, std::vector<int>(c.ici.begin(), c.ici.end()));
   EXPECT_EQ(mesh_.dcn_shape, std::vector<int>(c.dcn.begin(), c.dcn.end()));
   ASSERT_EQ(mesh_.device_ids.size(), ref_.mesh_ids.size());
   // Coordinate by coordinate, so that a failure names where.
-  for (int a = 0; a < ref_.shape[0]; ++a) {
-    for (int b = 0; b < ref_.shape[1]; ++b) {
-      for (int t = 0; t < ref_.shape[2]; ++t) {
-        const int want =
-            ref_.mesh_ids[(a * ref_.shape[1] + b) * ref_.shape[2] + t];
-        ASSERT_EQ(mesh_.at({a, b, t}), want)
-            << "at (data, fsdp, tensor) = (" << a << ", " << b << ", " << t
-            << ")";
-        Result<std::vector<int>> coords = mesh_.coords_of(want);
-        ASSERT_TRUE(coords.ok());
-        EXPECT_EQ(*coords, (std::vector<int>{a, b, t}));
-      }
-    }
+  for (int cell = 0; cell < static_cast<int>(ref_.mesh_ids.size()); ++cell) {
+    const std::array<int, kNumAxes> digits = Digits(cell, ref_.shape);
+    const std::vector<int> coords(digits.begin(), digits.end());
+    const int want = ref_.mesh_ids[cell];
+    ASSERT_EQ(mesh_.at(coords), want)
+        << "at (data, stage, fsdp, tensor) = (" << Joined(digits) << ")";
+    Result<std::vector<int>> got = mesh_.coords_of(want);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(*got, coords);
   }
   // Every device of the job appears exactly once.
   std::vector<int> sorted = mesh_.device_ids;
@@ -372,9 +417,9 @@ TEST(MultiHostMeshWrittenOutTest, SeedTwoV5litepod16DcnData2IciFsdp16) {
   ASSERT_TRUE(type.ok());
   const std::vector<Device> devices = MakeDevices(*type, 2);
   Result<DeviceMesh> mesh =
-      MeshForConfig(ParallelismConfig{{1, 16, 1}, {2, 1, 1}}, devices);
+      MeshForConfig(ParallelismConfig{{1, 1, 16, 1}, {2, 1, 1, 1}}, devices);
   ASSERT_TRUE(mesh.ok()) << mesh.status().message();
-  EXPECT_EQ(mesh->shape, (std::vector<int>{2, 16, 1}));
+  EXPECT_EQ(mesh->shape, (std::vector<int>{2, 1, 16, 1}));
   std::vector<int> want;
   for (int id = 0; id < 32; ++id) want.push_back(id);
   EXPECT_EQ(mesh->device_ids, want);
@@ -395,17 +440,17 @@ TEST(MultiHostMeshWrittenOutTest, TwoV4x16DcnFsdp2IciFsdp4Tensor2) {
   ASSERT_TRUE(type.ok());
   const std::vector<Device> devices = MakeDevices(*type, 2);
   Result<DeviceMesh> mesh =
-      MeshForConfig(ParallelismConfig{{1, 4, 2}, {1, 2, 1}}, devices);
+      MeshForConfig(ParallelismConfig{{1, 1, 4, 2}, {1, 1, 2, 1}}, devices);
   ASSERT_TRUE(mesh.ok()) << mesh.status().message();
   EXPECT_EQ(FormatDeviceArray(*mesh),
-            "[[[ 0  1]\n"
-            "  [ 2  3]\n"
-            "  [ 4  5]\n"
-            "  [ 6  7]\n"
-            "  [ 8  9]\n"
-            "  [10 11]\n"
-            "  [12 13]\n"
-            "  [14 15]]]");
+            "[[[[ 0  1]\n"
+            "   [ 2  3]\n"
+            "   [ 4  5]\n"
+            "   [ 6  7]\n"
+            "   [ 8  9]\n"
+            "   [10 11]\n"
+            "   [12 13]\n"
+            "   [14 15]]]]");
   // Devices 0-3: slice 0 host 0 (process 0), 4-7: slice 0 host 1 (process
   // 1), 8-11: slice 1 host 0 (process 2), 12-15: slice 1 host 1 (process 3).
   for (const Device& d : devices) {

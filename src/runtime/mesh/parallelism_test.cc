@@ -7,37 +7,105 @@
 namespace multislice::mesh {
 namespace {
 
-ParallelismConfig Config(std::array<int, 3> ici, std::array<int, 3> dcn) {
+// The tests below were written for the axes data, fsdp and tensor: each
+// takes three values per level, and the stage axis between data and fsdp
+// is 1.
+using Dft = std::array<int, 3>;
+
+std::array<int, kNumAxes> WithStage1(const Dft& v) {
+  return {v[0], 1, v[1], v[2]};
+}
+
+ParallelismConfig Config(const Dft& ici, const Dft& dcn) {
   ParallelismConfig config;
-  config.ici = ici;
-  config.dcn = dcn;
+  config.ici = WithStage1(ici);
+  config.dcn = WithStage1(dcn);
   return config;
 }
 
-void ExpectResolved(std::array<int, 3> ici, std::array<int, 3> dcn,
-                    int devices_per_slice, int num_slices,
-                    std::array<int, 3> want_ici, std::array<int, 3> want_dcn) {
+void ExpectResolved(const ParallelismConfig& config, int devices_per_slice,
+                    int num_slices, std::array<int, kNumAxes> want_ici,
+                    std::array<int, kNumAxes> want_dcn) {
   Result<ParallelismConfig> r =
-      ResolveParallelism(Config(ici, dcn), devices_per_slice, num_slices);
+      ResolveParallelism(config, devices_per_slice, num_slices);
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->ici, want_ici);
   EXPECT_EQ(r->dcn, want_dcn);
 }
 
-void ExpectError(std::array<int, 3> ici, std::array<int, 3> dcn,
-                 int devices_per_slice, int num_slices,
-                 const std::string& message) {
+void ExpectResolved(Dft ici, Dft dcn, int devices_per_slice, int num_slices,
+                    Dft want_ici, Dft want_dcn) {
+  ExpectResolved(Config(ici, dcn), devices_per_slice, num_slices,
+                 WithStage1(want_ici), WithStage1(want_dcn));
+}
+
+void ExpectError(const ParallelismConfig& config, int devices_per_slice,
+                 int num_slices, const std::string& message) {
   Result<ParallelismConfig> r =
-      ResolveParallelism(Config(ici, dcn), devices_per_slice, num_slices);
+      ResolveParallelism(config, devices_per_slice, num_slices);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(r.status().message(), message);
 }
 
+void ExpectError(Dft ici, Dft dcn, int devices_per_slice, int num_slices,
+                 const std::string& message) {
+  ExpectError(Config(ici, dcn), devices_per_slice, num_slices, message);
+}
+
 TEST(ParallelismTest, AxisNames) {
-  EXPECT_STREQ(kAxisNames[0], "data");
-  EXPECT_STREQ(kAxisNames[1], "fsdp");
-  EXPECT_STREQ(kAxisNames[2], "tensor");
+  // MaxText's mesh_axes order, with the stage axis's keys named pipeline.
+  EXPECT_EQ(kNumAxes, 4);
+  EXPECT_STREQ(kAxisNames[kData], "data");
+  EXPECT_STREQ(kAxisNames[kStage], "stage");
+  EXPECT_STREQ(kAxisNames[kFsdp], "fsdp");
+  EXPECT_STREQ(kAxisNames[kTensor], "tensor");
+  EXPECT_EQ(kData, 0);
+  EXPECT_EQ(kStage, 1);
+  EXPECT_EQ(kFsdp, 2);
+  EXPECT_EQ(kTensor, 3);
+  EXPECT_STREQ(kAxisKeyWords[kData], "data");
+  EXPECT_STREQ(kAxisKeyWords[kStage], "pipeline");
+  EXPECT_STREQ(kAxisKeyWords[kFsdp], "fsdp");
+  EXPECT_STREQ(kAxisKeyWords[kTensor], "tensor");
+  // Defaults: one device along every axis.
+  const ParallelismConfig defaults;
+  EXPECT_EQ(defaults.ici, (std::array<int, kNumAxes>{1, 1, 1, 1}));
+  EXPECT_EQ(defaults.dcn, (std::array<int, kNumAxes>{1, 1, 1, 1}));
+}
+
+// The stage axis resolves like any other: a -1 beside it is filled with
+// what it and the rest leave, and size() multiplies both levels.
+TEST(ParallelismTest, StageAxis) {
+  ExpectResolved(ParallelismConfig{{1, 2, -1, 1}, {1, 1, 1, 1}}, 8, 1,
+                 {1, 2, 4, 1}, {1, 1, 1, 1});
+  ExpectResolved(ParallelismConfig{{1, -1, 2, 1}, {1, 1, 1, 1}}, 8, 1,
+                 {1, 4, 2, 1}, {1, 1, 1, 1});
+  ExpectResolved(ParallelismConfig{{1, 1, 4, 1}, {1, -1, 1, 1}}, 4, 3,
+                 {1, 1, 4, 1}, {1, 3, 1, 1});
+  Result<ParallelismConfig> r =
+      ResolveParallelism(ParallelismConfig{{2, 2, -1, 1}, {1, 2, 1, 1}}, 8, 2);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->size(kData), 2);
+  EXPECT_EQ(r->size(kStage), 4);
+  EXPECT_EQ(r->size(kFsdp), 2);
+  EXPECT_EQ(r->size(kTensor), 1);
+  // Its values count in the products, the -1 count and the one-slice check.
+  ExpectError(ParallelismConfig{{1, 2, 4, 1}, {1, 1, 1, 1}}, 4, 1,
+              "Number of devices per slice 4 does not match the product of "
+              "the ICI parallelism 8");
+  ExpectError(ParallelismConfig{{1, -1, -1, 1}, {1, 1, 1, 1}}, 4, 1,
+              "Found unspecified values (-1) for more than one ICI "
+              "parallelism axis. At most one axis can be unspecified.");
+  ExpectError(ParallelismConfig{{1, 1, 4, 1}, {1, 2, 1, 1}}, 4, 1,
+              "DCN parallelism requested but only one slice available.");
+  // A bad value names MaxText's key of the axis.
+  ExpectError(ParallelismConfig{{1, 0, 4, 1}, {1, 1, 1, 1}}, 4, 1,
+              "ici_pipeline_parallelism must be a positive integer or -1, "
+              "got 0");
+  ExpectError(ParallelismConfig{{1, 1, 4, 1}, {1, -3, 1, 1}}, 4, 2,
+              "dcn_pipeline_parallelism must be a positive integer or -1, "
+              "got -3");
 }
 
 TEST(ParallelismTest, ExplicitValuesThatMultiplyToTheTargetsPass) {
