@@ -172,16 +172,20 @@ std::string Spelled(const CLI::App* app, const std::string& underscore_name,
 }
 
 void AddParallelismFlags(CLI::App* app, mesh::ParallelismConfig* config) {
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < mesh::kNumAxes; ++i) {
     const std::string axis = mesh::kAxisNames[i];
-    AddIntFlag(app, "ici_" + axis + "_parallelism", &config->ici[i],
+    AddIntFlag(app,
+               "ici_" + std::string(mesh::kAxisKeyWords[i]) + "_parallelism",
+               &config->ici[i],
                "Devices of each slice along the " + axis +
                    " axis, over ICI; the ici values multiply to the devices "
                    "per slice (-1: whatever the others leave).");
   }
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < mesh::kNumAxes; ++i) {
     const std::string axis = mesh::kAxisNames[i];
-    AddIntFlag(app, "dcn_" + axis + "_parallelism", &config->dcn[i],
+    AddIntFlag(app,
+               "dcn_" + std::string(mesh::kAxisKeyWords[i]) + "_parallelism",
+               &config->dcn[i],
                "Slices along the " + axis +
                    " axis, over DCN; the dcn values multiply to the number "
                    "of slices (-1: whatever the others leave).");

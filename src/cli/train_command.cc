@@ -57,10 +57,10 @@ int Fail(const Status& s) {
 
 mesh::ParallelismConfig Parallelism(const TrainConfig& c) {
   mesh::ParallelismConfig p;
-  p.ici = {c.ici_data_parallelism, c.ici_fsdp_parallelism,
-           c.ici_tensor_parallelism};
-  p.dcn = {c.dcn_data_parallelism, c.dcn_fsdp_parallelism,
-           c.dcn_tensor_parallelism};
+  p.ici = {c.ici_data_parallelism, c.ici_pipeline_parallelism,
+           c.ici_fsdp_parallelism, c.ici_tensor_parallelism};
+  p.dcn = {c.dcn_data_parallelism, c.dcn_pipeline_parallelism,
+           c.dcn_fsdp_parallelism, c.dcn_tensor_parallelism};
   return p;
 }
 
@@ -82,13 +82,14 @@ uint64_t FileBytes(const std::string& path) {
 // What one worker process holds: `local_devices` of `devices`, an fsdp axis
 // of `fsdp` and a tensor axis of `tensor`, the dataset in `dataset_dir`.
 train::WorkerShape ShapeOf(const TrainConfig& config, int local_devices,
-                           int devices, int fsdp, int tensor,
+                           int devices, int fsdp, int tensor, int stages,
                            const std::string& dataset_dir) {
   train::WorkerShape shape;
   shape.local_devices = local_devices;
   shape.devices = devices;
   shape.fsdp = fsdp;
   shape.tensor = tensor;
+  shape.stages = stages;
   if (config.enable_checkpointing) {
     CheckpointOptions options;
     options.directory = train::CheckpointDirectory(config);
@@ -199,7 +200,7 @@ int RunWorkerBody(const TrainConfig& config, const runtime::WorkerEnv& env,
   const train::WorkerShape shape = ShapeOf(
       config, static_cast<int>(rt.local_devices().size()),
       static_cast<int>(rt.devices().size()), AxisSize(rt.mesh(), "fsdp"),
-      AxisSize(rt.mesh(), "tensor"), *dataset);
+      AxisSize(rt.mesh(), "tensor"), AxisSize(rt.mesh(), "stage"), *dataset);
   if (Status s = CheckMemory(config, shape, 1, &memory, &trainer.memory_note);
       !s.ok()) {
     return Fail(s);
@@ -401,12 +402,28 @@ int Run(const TrainFlags& flags) {
       parallelism, type->devices_per_slice(), num_slices);
   if (!resolved.ok()) return Fail(resolved.status());
   if (Status s = model::gpt::ValidateTensorParallelism(
-          train::GptConfigOf(config), resolved->ici[2] * resolved->dcn[2]);
+          train::GptConfigOf(config), resolved->size(mesh::kTensor));
       !s.ok()) {
+    return Fail(InvalidArgument("keys ici_tensor_parallelism (" +
+                                std::to_string(resolved->ici[mesh::kTensor]) +
+                                ") x dcn_tensor_parallelism (" +
+                                std::to_string(resolved->dcn[mesh::kTensor]) +
+                                "): " + s.message()));
+  }
+  // The pipeline checks again with the -1 axes filled.
+  if (resolved->ici[mesh::kStage] > 1 && resolved->dcn[mesh::kStage] > 1) {
     return Fail(InvalidArgument(
-        "keys ici_tensor_parallelism (" + std::to_string(resolved->ici[2]) +
-        ") x dcn_tensor_parallelism (" + std::to_string(resolved->dcn[2]) +
-        "): " + s.message()));
+        "keys ici_pipeline_parallelism and dcn_pipeline_parallelism resolve "
+        "to " +
+        std::to_string(resolved->ici[mesh::kStage]) + " and " +
+        std::to_string(resolved->dcn[mesh::kStage]) +
+        ": expected at most one of them above 1: a pipeline's stages run "
+        "either inside a slice or across slices"));
+  }
+  if (Status s = CheckPipelineSplit(config, resolved->size(mesh::kStage),
+                                    resolved->size(mesh::kTensor));
+      !s.ok()) {
+    return Fail(s);
   }
   // A second training of this run directory is refused before any worker
   // starts (worker 0 takes the lock itself: see LockRunDirectory). Not in a
@@ -426,8 +443,8 @@ int Run(const TrainFlags& flags) {
   const int devices_per_slice = type->devices_per_slice();
   const train::WorkerShape shape =
       ShapeOf(config, devices_per_slice, devices_per_slice * num_slices,
-              resolved->ici[1] * resolved->dcn[1],
-              resolved->ici[2] * resolved->dcn[2], *dataset);
+              resolved->size(mesh::kFsdp), resolved->size(mesh::kTensor),
+              resolved->size(mesh::kStage), *dataset);
   train::MemoryEstimate memory;
   std::string note;
   if (Status s = slurm_task

@@ -54,7 +54,9 @@ struct TrainMesh {
 
 class TrainCommandTest : public ::testing::Test {
  protected:
-  void ExpectMeshesMatchOneDevice(const std::vector<TrainMesh>& meshes);
+  // `model`: overrides of the tiny model for the reference and every mesh.
+  void ExpectMeshesMatchOneDevice(const std::vector<TrainMesh>& meshes,
+                                  const std::vector<std::string>& model = {});
   static void SetUpTestSuite() {
     data_ = new TempDir("multislice-train-data-");
     // A prepared copy of the default corpus, shared by every test.
@@ -238,8 +240,10 @@ void ExpectLossesFrom(const nlohmann::json& resumed, int64_t restored,
 // weights after 3 steps within 1e-4 (AdamW divides by sqrt(v), which
 // magnifies rounding where gradients are near 0).
 void TrainCommandTest::ExpectMeshesMatchOneDevice(
-    const std::vector<TrainMesh>& meshes) {
-  const std::vector<std::string> common = {"steps=3", "checkpoint_period=1"};
+    const std::vector<TrainMesh>& meshes,
+    const std::vector<std::string>& model) {
+  const std::vector<std::string> common =
+      With({"steps=3", "checkpoint_period=1"}, model);
   nlohmann::json one = Train(
       With({"run_name=one", "per_device_batch_size=8", "dcn_data_parallelism=1",
             "--num_slices", "1", "--accelerator_type", "cpu-1"},
@@ -310,6 +314,105 @@ TEST_F(TrainCommandTest, TensorParallelMeshesMatchOneDevice) {
         "dcn_data_parallelism=1", "--num_slices", "2", "--accelerator_type",
         "cpu-1"}},
   });
+}
+
+// Pipeline stages (the layers split over the stage axis, microbatches in
+// GPipe's or 1F1B's order, activations and gradients sent between stages):
+// inside a slice, across slices with data parallelism there too, and with
+// tensor parallelism and fsdp inside each stage's slice; each trains the
+// one-device run's losses, gradients (AdamW's first moment after step 1)
+// and weights.
+TEST_F(TrainCommandTest, PipelineMeshesMatchOneDevice) {
+  ExpectMeshesMatchOneDevice({
+      {"stage2_gpipe",
+       {"per_device_batch_size=4", "ici_pipeline_parallelism=2",
+        "ici_fsdp_parallelism=1", "dcn_data_parallelism=1",
+        "num_pipeline_microbatches=4", "pipeline_parallel_schedule=GPipe",
+        "--num_slices", "1", "--accelerator_type", "cpu-2"}},
+      {"stage2_1f1b",
+       {"per_device_batch_size=4", "ici_pipeline_parallelism=2",
+        "ici_fsdp_parallelism=1", "dcn_data_parallelism=1",
+        "num_pipeline_microbatches=4", "pipeline_parallel_schedule=1F1B",
+        "--num_slices", "1", "--accelerator_type", "cpu-2"}},
+      {"dcn_stage2_dcn_data2",
+       {"per_device_batch_size=2", "dcn_pipeline_parallelism=2",
+        "dcn_data_parallelism=2", "ici_fsdp_parallelism=1",
+        "num_pipeline_microbatches=4", "--num_slices", "4",
+        "--accelerator_type", "cpu-1"}},
+      {"dcn_stage2_tensor2_fsdp2",
+       {"per_device_batch_size=1", "dcn_pipeline_parallelism=2",
+        "dcn_data_parallelism=1", "ici_fsdp_parallelism=2",
+        "ici_tensor_parallelism=2", "num_pipeline_microbatches=4",
+        "--num_slices", "2", "--accelerator_type", "cpu-4"}},
+  });
+}
+
+// Four stages of one layer each, both schedules, 8 microbatches.
+TEST_F(TrainCommandTest, FourStagePipelinesMatchOneDevice) {
+  ExpectMeshesMatchOneDevice(
+      {
+          {"stage4_gpipe",
+           {"per_device_batch_size=2", "ici_pipeline_parallelism=4",
+            "ici_fsdp_parallelism=1", "dcn_data_parallelism=1",
+            "num_pipeline_microbatches=8", "pipeline_parallel_schedule=GPipe",
+            "--num_slices", "1", "--accelerator_type", "cpu-4"}},
+          {"stage4_1f1b",
+           {"per_device_batch_size=2", "ici_pipeline_parallelism=4",
+            "ici_fsdp_parallelism=1", "dcn_data_parallelism=1",
+            "num_pipeline_microbatches=8", "--num_slices", "1",
+            "--accelerator_type", "cpu-4"}},
+      },
+      {"num_decoder_layers=4"});
+}
+
+// Stage 2 across slices x tensor 2: resumed from its step-5 checkpoint it
+// trains steps 6-10 bit for bit as the uninterrupted run; the same
+// checkpoint restores onto one device (no stage, no tensor) and onto stage
+// 2 x fsdp 2 inside a slice (no tensor, GPipe), each going on as the run
+// that never moved.
+TEST_F(TrainCommandTest, PipelineCheckpointsResumeAndReshard) {
+  const std::vector<std::string> pipeline = {"steps=10",
+                                             "checkpoint_period=5",
+                                             "per_device_batch_size=2",
+                                             "dcn_data_parallelism=1",
+                                             "dcn_pipeline_parallelism=2",
+                                             "ici_fsdp_parallelism=1",
+                                             "ici_tensor_parallelism=2",
+                                             "num_pipeline_microbatches=4",
+                                             "--num_slices",
+                                             "2",
+                                             "--accelerator_type",
+                                             "cpu-2"};
+  const std::vector<double> unmoved =
+      Losses(Train(With(pipeline, {"run_name=pp"}), "pp"));
+  ASSERT_EQ(unmoved.size(), 10u);
+  fs::remove_all(RunDir("pp") + "/checkpoints/10");
+  for (const char* run : {"pp-resumed", "pp-to1", "pp-tofsdp"}) {
+    fs::copy(RunDir("pp"), RunDir(run), fs::copy_options::recursive);
+  }
+  nlohmann::json resumed =
+      Train(With(pipeline, {"run_name=pp-resumed"}), "pp-resumed");
+  EXPECT_EQ(resumed.value("restored_step", int64_t{-1}), 5);
+  ExpectLossesFrom(resumed, 5, unmoved);
+
+  const std::vector<double> expected(unmoved.begin() + 5, unmoved.end());
+  nlohmann::json one =
+      Train({"run_name=pp-to1", "steps=10", "checkpoint_period=5",
+             "per_device_batch_size=8", "dcn_data_parallelism=1",
+             "--num_slices", "1", "--accelerator_type", "cpu-1"},
+            "pp-to1");
+  EXPECT_EQ(one.value("restored_step", int64_t{-1}), 5);
+  ExpectClose(Losses(one), expected, 1e-5, "stage 2 x tensor 2 -> 1 device");
+  nlohmann::json fsdp =
+      Train({"run_name=pp-tofsdp", "steps=10", "checkpoint_period=5",
+             "per_device_batch_size=2", "ici_pipeline_parallelism=2",
+             "ici_fsdp_parallelism=2", "dcn_data_parallelism=1",
+             "pipeline_parallel_schedule=GPipe", "--num_slices", "1",
+             "--accelerator_type", "cpu-4"},
+            "pp-tofsdp");
+  EXPECT_EQ(fsdp.value("restored_step", int64_t{-1}), 5);
+  ExpectClose(Losses(fsdp), expected, 1e-5,
+              "stage 2 x tensor 2 -> stage 2 x fsdp 2");
 }
 
 // fsdp 2 x tensor 2: a run resumed from its step-5 checkpoint (the later one
@@ -711,8 +814,8 @@ TEST_F(TrainCommandTest, OutOfMemoryDuringTrainingIsOneSentence) {
 }
 
 // The estimate is honest: within [0.5x, 2x] of the peak RSS of real runs,
-// one f32 device and two bf16 devices with fsdp (the launcher's and the
-// worker's largest peak, from wait4).
+// one f32 device, two bf16 devices with fsdp, tensor 2 and a GPipe pipeline
+// of 2 stages (the launcher's and the worker's largest peak, from wait4).
 TEST_F(TrainCommandTest, MemoryEstimateMatchesPeakRss) {
   const std::vector<std::string> common = {"steps=2",
                                            "checkpoint_period=1",
@@ -732,7 +835,12 @@ TEST_F(TrainCommandTest, MemoryEstimateMatchesPeakRss) {
       // and half the MLP.
       {"rss-f32-tensor2",
        {"per_device_batch_size=16", "ici_tensor_parallelism=2",
-        "--accelerator_type", "cpu-2"}}};
+        "--accelerator_type", "cpu-2"}},
+      // Two stages, GPipe: each keeps the models of all 8 microbatches.
+      {"rss-f32-gpipe2",
+       {"per_device_batch_size=16", "ici_pipeline_parallelism=2",
+        "ici_fsdp_parallelism=1", "num_pipeline_microbatches=8",
+        "pipeline_parallel_schedule=GPipe", "--accelerator_type", "cpu-2"}}};
   for (const auto& [name, extra] : cases) {
     Child c = Spawn(Args(With(With(common, extra), {"run_name=" + name})), {},
                     dir_.path(), name);
@@ -773,6 +881,20 @@ TEST_F(TrainCommandTest, BadConfigIsOneLineAndExitCode2) {
         "dcn_data_parallelism=1", "--num_slices", "1", "--accelerator_type",
         "cpu-3"},
        "ici_tensor_parallelism (3)"},
+      // Stages that do not divide the layers (tiny.yml: 2), a -1 that
+      // resolves to such, microbatches that do not divide the rows.
+      {{"run_name=x", "ici_pipeline_parallelism=3", "ici_fsdp_parallelism=1",
+        "dcn_data_parallelism=1", "--num_slices", "1", "--accelerator_type",
+        "cpu-3"},
+       "= 3 stages: expected a divisor of num_decoder_layers (2)"},
+      {{"run_name=x", "dcn_pipeline_parallelism=-1", "dcn_data_parallelism=1",
+        "--num_slices", "4", "--accelerator_type", "cpu-1"},
+       "= 4 stages: expected a divisor of num_decoder_layers (2)"},
+      {{"run_name=x", "ici_pipeline_parallelism=2", "ici_fsdp_parallelism=1",
+        "dcn_data_parallelism=1", "per_device_batch_size=3",
+        "num_pipeline_microbatches=4", "--num_slices", "1",
+        "--accelerator_type", "cpu-2"},
+       "'num_pipeline_microbatches' = 4: expected a divisor of the 6 rows"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"train", data_->path() + "/tiny.yml",

@@ -53,9 +53,19 @@ Result<ShardingsShapes> ComputeShardingsShapes(
     const ShardingsConfig& config, const mesh::ParallelismConfig& resolved,
     int num_devices) {
   ShardingsShapes s;
-  s.data = resolved.ici[0] * resolved.dcn[0];
-  s.fsdp = resolved.ici[1] * resolved.dcn[1];
-  s.tensor = resolved.ici[2] * resolved.dcn[2];
+  s.data = resolved.size(mesh::kData);
+  s.fsdp = resolved.size(mesh::kFsdp);
+  s.tensor = resolved.size(mesh::kTensor);
+  // The original's mesh has no stage axis: every device holds every layer.
+  for (int level = 0; level < 2; ++level) {
+    const int stages = (level == 0 ? resolved.ici : resolved.dcn)[mesh::kStage];
+    if (stages != 1) {
+      return InvalidArgument(std::string(level == 0 ? "ici" : "dcn") +
+                             "_pipeline_parallelism=" + std::to_string(stages) +
+                             ": multislice shardings has no pipeline stages; "
+                             "expected 1");
+    }
+  }
   const int64_t e = config.embedding_dimension;
   if (e < 1) {
     return InvalidArgument(
@@ -195,9 +205,9 @@ struct ShardingsDevice::State {
   Status Init() {
     const mesh::DeviceMesh& mesh = rt.mesh();
     ASSIGN_OR_RETURN(std::vector<int> coords, mesh.coords_of(device));
-    data_index = coords[0];
-    fsdp_index = coords[1];
-    tensor_index = coords[2];
+    data_index = coords[mesh::kData];
+    fsdp_index = coords[mesh::kFsdp];
+    tensor_index = coords[mesh::kTensor];
     const int64_t b = sh.rows;
     layers.resize(config.num_layers);
     for (int l = 0; l < config.num_layers; ++l) {

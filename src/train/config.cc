@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/suggest.h"
+#include "train/pipeline_schedule.h"
 
 namespace multislice {
 namespace {
@@ -49,8 +50,8 @@ const Field kFields[] = {
     {"ici_data_parallelism", &TrainConfig::ici_data_parallelism,
      "data-parallel devices within a slice; -1 = the rest"},
     {"ici_pipeline_parallelism", &TrainConfig::ici_pipeline_parallelism,
-     "pipeline stages within a slice; only 1 (pipelines are not supported "
-     "yet)"},
+     "pipeline stages within a slice (the layers split evenly over them); "
+     "-1 = the rest"},
     {"ici_fsdp_parallelism", &TrainConfig::ici_fsdp_parallelism,
      "FSDP devices within a slice; -1 = the rest"},
     {"ici_tensor_parallelism", &TrainConfig::ici_tensor_parallelism,
@@ -59,13 +60,19 @@ const Field kFields[] = {
     {"dcn_data_parallelism", &TrainConfig::dcn_data_parallelism,
      "data-parallel slices; -1 = the rest"},
     {"dcn_pipeline_parallelism", &TrainConfig::dcn_pipeline_parallelism,
-     "pipeline stages across slices; only 1 (pipelines are not supported "
-     "yet)"},
+     "pipeline stages across slices (activations and their gradients go "
+     "over DCN); -1 = the rest"},
     {"dcn_fsdp_parallelism", &TrainConfig::dcn_fsdp_parallelism,
      "FSDP slices; -1 = the rest"},
     {"dcn_tensor_parallelism", &TrainConfig::dcn_tensor_parallelism,
      "tensor-parallel slices (not recommended: tensor parallelism needs "
      "much more bandwidth than DCN gives)"},
+    {"num_pipeline_microbatches", &TrainConfig::num_pipeline_microbatches,
+     "microbatches each pipeline splits its batch into; -1 = the number of "
+     "stages; must divide per_device_batch_size x tensor x stages"},
+    {"pipeline_parallel_schedule", &TrainConfig::pipeline_parallel_schedule,
+     "GPipe (every forward, then every backward) or 1F1B (one forward, one "
+     "backward: at most p - s microbatches in flight on stage s)"},
     {"vocab_size", &TrainConfig::vocab_size, "vocabulary size"},
     {"emb_dim", &TrainConfig::emb_dim, "model width; a multiple of num_heads"},
     {"num_heads", &TrainConfig::num_heads, "attention heads"},
@@ -344,7 +351,7 @@ struct ParallelismAxis {
 };
 
 // Each axis is -1 or >= 1, and at most one axis of the group is -1.
-Status CheckParallelism(const char* group, const ParallelismAxis (&axes)[3]) {
+Status CheckParallelism(const char* group, const ParallelismAxis (&axes)[4]) {
   const char* fill_axis = nullptr;
   for (const ParallelismAxis& axis : axes) {
     if (axis.value != -1 && axis.value < 1) {
@@ -364,23 +371,63 @@ Status CheckParallelism(const char* group, const ParallelismAxis (&axes)[3]) {
   return OkStatus();
 }
 
-// MaxText's axes that `train` does not shard over yet: 1 (the no-op value)
-// passes, anything else is one sentence.
-Status CheckUnsupportedAxes(const TrainConfig& c) {
-  const ParallelismAxis axes[] = {
-      {"ici_pipeline_parallelism", c.ici_pipeline_parallelism},
-      {"dcn_pipeline_parallelism", c.dcn_pipeline_parallelism}};
-  for (const ParallelismAxis& axis : axes) {
-    if (axis.value == 1) continue;
-    return InvalidArgument(IntRangeError(
-        axis.key, axis.value,
-        "1: multislice train does not support pipeline parallelism yet (it "
-        "shards with data, fsdp and tensor)"));
+// The pipeline keys: the stages on one level, dividing the layers, and
+// microbatches dividing the rows each pipeline sees (-1 axes resolve with
+// the mesh; the launcher checks them again then).
+Status CheckPipeline(const TrainConfig& c) {
+  RETURN_IF_ERROR(
+      train::ParsePipelineSchedule(c.pipeline_parallel_schedule).status());
+  if (c.num_pipeline_microbatches != -1 && c.num_pipeline_microbatches < 1) {
+    return InvalidArgument(
+        IntRangeError("num_pipeline_microbatches", c.num_pipeline_microbatches,
+                      "-1 (one per stage) or an integer >= 1"));
+  }
+  const int ici = c.ici_pipeline_parallelism, dcn = c.dcn_pipeline_parallelism;
+  if (ici != 1 && dcn != 1) {
+    return InvalidArgument(
+        "keys ici_pipeline_parallelism (" + std::to_string(ici) +
+        ") and dcn_pipeline_parallelism (" + std::to_string(dcn) +
+        "): expected at most one of them other than 1: a pipeline's stages "
+        "run either inside a slice or across slices");
+  }
+  const int stages = ici * dcn;
+  const int tensor = c.ici_tensor_parallelism * c.dcn_tensor_parallelism;
+  if (stages < 1) return OkStatus();
+  return CheckPipelineSplit(c, stages, tensor);
+}
+
+}  // namespace
+
+Status CheckPipelineSplit(const TrainConfig& c, int stages, int tensor) {
+  if (c.num_decoder_layers % stages != 0) {
+    return InvalidArgument(
+        "keys ici_pipeline_parallelism (" +
+        std::to_string(c.ici_pipeline_parallelism) +
+        ") x dcn_pipeline_parallelism (" +
+        std::to_string(c.dcn_pipeline_parallelism) +
+        ") = " + std::to_string(stages) + " stages: expected a divisor of " +
+        "num_decoder_layers (" + std::to_string(c.num_decoder_layers) +
+        "): each stage holds an equal number of whole layers");
+  }
+  const int m = PipelineMicrobatches(c, stages);
+  if (tensor < 1) return OkStatus();  // -1: checked once resolved
+  const int rows = c.per_device_batch_size * tensor * stages;
+  if (rows % m != 0) {
+    return InvalidArgument(
+        "key 'num_pipeline_microbatches' = " + std::to_string(m) +
+        (c.num_pipeline_microbatches == -1 ? " (one per stage)" : "") +
+        ": expected a divisor of the " + std::to_string(rows) +
+        " rows each pipeline trains on per step (per_device_batch_size " +
+        std::to_string(c.per_device_batch_size) + " x tensor " +
+        std::to_string(tensor) + " x stages " + std::to_string(stages) + ")");
   }
   return OkStatus();
 }
 
-}  // namespace
+int PipelineMicrobatches(const TrainConfig& c, int stages) {
+  return c.num_pipeline_microbatches == -1 ? stages
+                                           : c.num_pipeline_microbatches;
+}
 
 Status ApplyTrainConfigOverrides(const std::vector<std::string>& overrides,
                                  const std::string& where,
@@ -444,13 +491,14 @@ Status ValidateTrainConfig(const TrainConfig& c) {
   RETURN_IF_ERROR(CheckAtLeast("max_target_length", c.max_target_length, 1));
   RETURN_IF_ERROR(CheckParallelism(
       "ici", {{"ici_data_parallelism", c.ici_data_parallelism},
+              {"ici_pipeline_parallelism", c.ici_pipeline_parallelism},
               {"ici_fsdp_parallelism", c.ici_fsdp_parallelism},
               {"ici_tensor_parallelism", c.ici_tensor_parallelism}}));
   RETURN_IF_ERROR(CheckParallelism(
       "dcn", {{"dcn_data_parallelism", c.dcn_data_parallelism},
+              {"dcn_pipeline_parallelism", c.dcn_pipeline_parallelism},
               {"dcn_fsdp_parallelism", c.dcn_fsdp_parallelism},
               {"dcn_tensor_parallelism", c.dcn_tensor_parallelism}}));
-  RETURN_IF_ERROR(CheckUnsupportedAxes(c));
   RETURN_IF_ERROR(CheckAtLeast("vocab_size", c.vocab_size, 1));
   RETURN_IF_ERROR(CheckAtLeast("emb_dim", c.emb_dim, 1));
   RETURN_IF_ERROR(CheckAtLeast("num_heads", c.num_heads, 1));
@@ -469,12 +517,13 @@ Status ValidateTrainConfig(const TrainConfig& c) {
         "keys ici_tensor_parallelism (" +
         std::to_string(c.ici_tensor_parallelism) +
         ") x dcn_tensor_parallelism (" +
-        std::to_string(c.dcn_tensor_parallelism) + ") = " +
-        std::to_string(tensor) + ": expected a divisor of num_heads (" +
-        std::to_string(c.num_heads) + ") and of mlp_dim (" +
-        std::to_string(c.mlp_dim) +
+        std::to_string(c.dcn_tensor_parallelism) +
+        ") = " + std::to_string(tensor) +
+        ": expected a divisor of num_heads (" + std::to_string(c.num_heads) +
+        ") and of mlp_dim (" + std::to_string(c.mlp_dim) +
         "): each tensor rank holds whole heads and an equal part of the MLP");
   }
+  RETURN_IF_ERROR(CheckPipeline(c));
   const double kInfinity = HUGE_VAL;
   RETURN_IF_ERROR(CheckNumber("learning_rate", c.learning_rate, 0, false,
                               kInfinity, false));

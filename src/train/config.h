@@ -33,9 +33,8 @@ struct TrainConfig {
 
   // Mesh: devices per axis within a slice (ici_*) and slices per axis (dcn_*).
   // -1 means "whatever is left"; at most one axis per group may be -1.
-  // MaxText's pipeline and tensor axes are accepted at their no-op value 1
-  // (what `multislice plan` recommends pastes in); > 1 is refused as not
-  // supported yet.
+  // The mesh's axes are MaxText's: data, stage (the *_pipeline_* keys),
+  // fsdp, tensor.
   int ici_data_parallelism = 1;
   int ici_pipeline_parallelism = 1;
   int ici_fsdp_parallelism = -1;
@@ -44,6 +43,10 @@ struct TrainConfig {
   int dcn_pipeline_parallelism = 1;
   int dcn_fsdp_parallelism = 1;
   int dcn_tensor_parallelism = 1;
+  // Pipelines (with more than one stage): microbatches per step (-1 = one
+  // per stage) and the schedule, "GPipe" or "1F1B".
+  int num_pipeline_microbatches = -1;
+  std::string pipeline_parallel_schedule = "1F1B";
 
   // Model size.
   int vocab_size = 256;
@@ -107,6 +110,13 @@ Status ApplyTrainConfigOverrides(const std::vector<std::string>& overrides,
 // Checks value ranges and relations between keys (e.g. emb_dim divisible by
 // num_heads). Returns the first problem found.
 Status ValidateTrainConfig(const TrainConfig& config);
+
+// With `stages` pipeline stages and `tensor` tensor ranks (the mesh's,
+// resolved): the stages divide the layers and the microbatches the rows
+// each pipeline sees; kInvalidArgument naming the keys otherwise.
+Status CheckPipelineSplit(const TrainConfig& config, int stages, int tensor);
+// num_pipeline_microbatches, with -1 resolved to `stages`.
+int PipelineMicrobatches(const TrainConfig& config, int stages);
 
 // The matmul dtype of a validated config.
 DType MatmulDType(const TrainConfig& config);

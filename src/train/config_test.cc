@@ -438,10 +438,9 @@ namespace {
 
 // Issue 13 (first-hour trap): `multislice plan` recommends
 // "dcn_data_parallelism=2 dcn_fsdp_parallelism=1 dcn_pipeline_parallelism=1
-// dcn_tensor_parallelism=1" and train refused dcn_pipeline_parallelism as an
-// unknown key. The no-op value 1 of MaxText's pipeline axes is accepted;
-// anything else is one sentence saying it is not supported yet.
-TEST(UnsupportedAxesTest, PlanLinePastesInAndAboveOneIsNotSupportedYet) {
+// dcn_tensor_parallelism=1", which train must take as it is. Issue 16: the
+// pipeline keys, and one sentence for each bad pipeline configuration.
+TEST(PipelineKeysTest, PlanLinePastesInAndBadPipelinesAreOneSentence) {
   TempDir dir;
   const std::string yaml = dir.path() + "/empty.yml";
   std::ofstream(yaml) << "";
@@ -451,23 +450,44 @@ TEST(UnsupportedAxesTest, PlanLinePastesInAndAboveOneIsNotSupportedYet) {
              "ici_pipeline_parallelism=1", "ici_tensor_parallelism=1"});
   ASSERT_TRUE(pasted.ok()) << pasted.status().message();
   EXPECT_TRUE(ValidateTrainConfig(*pasted).ok());
-  EXPECT_EQ(pasted->dcn_pipeline_parallelism, 1);
+  Result<TrainConfig> pipeline = LoadTrainConfig(
+      yaml,
+      {"dcn_data_parallelism=1", "dcn_pipeline_parallelism=2",
+       "num_pipeline_microbatches=4", "pipeline_parallel_schedule=gpipe"});
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status().message();
+  EXPECT_TRUE(ValidateTrainConfig(*pipeline).ok());
+  EXPECT_EQ(pipeline->dcn_pipeline_parallelism, 2);
+  EXPECT_EQ(pipeline->num_pipeline_microbatches, 4);
+  EXPECT_EQ(PipelineMicrobatches(*pasted, 4), 4);  // -1: one per stage
 
-  const std::vector<std::pair<std::string, std::string>> refused = {
-      {"dcn_pipeline_parallelism=2",
-       "key 'dcn_pipeline_parallelism' = 2: expected 1: multislice train "
-       "does not support pipeline parallelism yet (it shards with data, "
-       "fsdp and tensor)"},
-      {"ici_pipeline_parallelism=-1",
-       "key 'ici_pipeline_parallelism' = -1: expected 1: multislice train "
-       "does not support pipeline parallelism yet (it shards with data, "
-       "fsdp and tensor)"},
-  };
-  for (const auto& [override_text, expected] : refused) {
-    Result<TrainConfig> config = LoadTrainConfig(yaml, {override_text});
-    ASSERT_TRUE(config.ok()) << override_text;
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused =
+      {
+          {{"ici_pipeline_parallelism=3", "ici_fsdp_parallelism=1"},
+           "keys ici_pipeline_parallelism (3) x dcn_pipeline_parallelism (1) "
+           "= 3 stages: expected a divisor of num_decoder_layers (4): each "
+           "stage holds an equal number of whole layers"},
+          {{"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=1",
+            "num_pipeline_microbatches=3"},
+           "key 'num_pipeline_microbatches' = 3: expected a divisor of the 16 "
+           "rows each pipeline trains on per step (per_device_batch_size 8 x "
+           "tensor 1 x stages 2)"},
+          {{"num_pipeline_microbatches=0"},
+           "key 'num_pipeline_microbatches' = 0: expected -1 (one per stage) "
+           "or an integer >= 1"},
+          {{"ici_pipeline_parallelism=2", "dcn_pipeline_parallelism=2",
+            "ici_fsdp_parallelism=1", "dcn_data_parallelism=1"},
+           "keys ici_pipeline_parallelism (2) and dcn_pipeline_parallelism "
+           "(2): expected at most one of them other than 1: a pipeline's "
+           "stages run either inside a slice or across slices"},
+          {{"pipeline_parallel_schedule=interleaved"},
+           "key 'pipeline_parallel_schedule' = 'interleaved': expected GPipe "
+           "or 1F1B"},
+      };
+  for (const auto& [overrides, expected] : refused) {
+    Result<TrainConfig> config = LoadTrainConfig(yaml, overrides);
+    ASSERT_TRUE(config.ok()) << overrides[0];
     Status status = ValidateTrainConfig(*config);
-    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << override_text;
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << overrides[0];
     EXPECT_EQ(status.message(), expected);
   }
 }

@@ -10,6 +10,7 @@
 
 #include "compute/gpt_ops.h"
 #include "model/gpt.h"
+#include "train/pipeline_schedule.h"
 #include "train/trainer.h"
 
 namespace multislice::train {
@@ -25,13 +26,15 @@ constexpr uint64_t kWidenedPanelBytes = 8 * kMiB;
 // One device's activation bytes for its B x T tokens (model/gpt.cc); with
 // tensor parallelism t a device trains its group's B t rows, and the
 // attention's width (A = C / t), heads and the MLP's width are its share.
-uint64_t ActivationBytesPerDevice(const TrainConfig& c, bool via_f32, int t) {
+// A pipeline stage's model has L / p layers and its microbatch's rows (the
+// head's buffers counted as on the last stage: an upper bound).
+uint64_t ActivationBytesPerModel(const TrainConfig& c, bool via_f32, int t,
+                                 uint64_t B, uint64_t L) {
   const bool bf16 = MatmulDType(c) == DType::kBF16;
-  const uint64_t B = static_cast<uint64_t>(c.per_device_batch_size) * t;
   const uint64_t T = c.max_target_length;
   const uint64_t C = c.emb_dim, A = c.emb_dim / t, H = c.mlp_dim / t;
   const uint64_t V = c.vocab_size;
-  const uint64_t L = c.num_decoder_layers, heads = c.num_heads / t;
+  const uint64_t heads = c.num_heads / t;
   const uint64_t n = B * T;  // tokens
   const uint64_t widest = std::max({V, H, 3 * A});
   // Per layer: ln1, residual2, ln2, residual3 [n, C], qkv [n, 3A], atty
@@ -58,6 +61,29 @@ uint64_t ActivationBytesPerDevice(const TrainConfig& c, bool via_f32, int t) {
   const uint64_t widened =
       bf16 && via_f32 ? kF32 * n * std::max(H, 3 * A) + kWidenedPanelBytes : 0;
   return L * layer + gradients + head + rounded + tokens + widened;
+}
+
+// Without a pipeline one model of the group's B t rows; with p stages and m
+// microbatches the first stage's (the most in flight) models of B t p / m
+// rows each, the neighbours' two [rows, T, C] buffers per model and the
+// microbatch gradient (N).
+uint64_t ActivationBytesPerDevice(const TrainConfig& c, bool via_f32,
+                                  const WorkerShape& s, uint64_t N) {
+  const int t = std::max(s.tensor, 1), p = std::max(s.stages, 1);
+  const uint64_t rows = static_cast<uint64_t>(c.per_device_batch_size) * t;
+  const uint64_t L = c.num_decoder_layers;
+  if (p == 1) return ActivationBytesPerModel(c, via_f32, t, rows, L);
+  const int m = PipelineMicrobatches(c, p);
+  Result<PipelineSchedule> schedule =
+      ParsePipelineSchedule(c.pipeline_parallel_schedule);
+  const uint64_t models = static_cast<uint64_t>(MicrobatchesInFlight(
+      schedule.ok() ? *schedule : PipelineSchedule::k1F1B, 0, p, m));
+  const uint64_t micro_rows = rows * p / m;
+  const uint64_t exchange =
+      2 * kF32 * micro_rows * c.max_target_length * c.emb_dim;
+  return models * (ActivationBytesPerModel(c, via_f32, t, micro_rows, L / p) +
+                   exchange) +
+         (m > 1 ? kF32 * N : 0);
 }
 
 uint64_t WeightBytesPerDevice(const TrainConfig& c, uint64_t N, int fsdp) {
@@ -148,9 +174,9 @@ std::optional<uint64_t> CgroupHeadroom(const MemorySources& s) {
 MemoryEstimate EstimateWorkerMemory(const TrainConfig& c,
                                     const WorkerShape& s) {
   // The tensor rank's parameters (the whole model's without tensor
-  // parallelism).
-  const uint64_t N = static_cast<uint64_t>(
-      model::gpt::NumParameters(GptConfigOf(c), std::max(s.tensor, 1)));
+  // parallelism) of the largest pipeline stage (the first).
+  const uint64_t N = static_cast<uint64_t>(model::gpt::NumParameters(
+      GptConfigOf(c), std::max(s.tensor, 1), {0, std::max(s.stages, 1)}));
   const uint64_t local = static_cast<uint64_t>(s.local_devices);
   MemoryEstimate e;
   e.local_devices = s.local_devices;
@@ -159,8 +185,7 @@ MemoryEstimate EstimateWorkerMemory(const TrainConfig& c,
       static_cast<uint64_t>(model::gpt::NumParameters(GptConfigOf(c)));
   e.weights_and_optimizer = local * WeightBytesPerDevice(c, N, s.fsdp) + N +
                             (s.restoring ? 3 * kF32 * whole : 0);
-  e.activations = local * ActivationBytesPerDevice(c, s.bf16_via_f32,
-                                                   std::max(s.tensor, 1));
+  e.activations = local * ActivationBytesPerDevice(c, s.bf16_via_f32, s, N);
   e.checkpoint_staging = StagingBytes(c, N, s);
   e.runtime = kRuntimeBytes + s.dataset_bytes * local /
                                   static_cast<uint64_t>(std::max(s.devices, 1));

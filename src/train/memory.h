@@ -21,7 +21,11 @@
 //     softmax, the MLP's [BT, mlp] and their bf16 copies), one layer's
 //     gradients, the [BT, vocab] logits, probabilities and their gradient,
 //     the attention scratch; on the bf16-through-f32 route the widened
-//     matmul operand and an 8 MiB panel.
+//     matmul operand and an 8 MiB panel. With p pipeline stages and m
+//     microbatches: L/p layers and B t p / m rows per model, times the
+//     models the first stage keeps (m with GPipe, p with 1F1B), their
+//     activation and gradient buffers, and a microbatch's gradient (N, of
+//     the first stage's parameters).
 //   checkpoint staging: the copy of this host's shards (3 x N/fsdp per
 //     fsdp rank) handed to the writer, twice with async saves (a new copy is
 //     made while the previous one may still be written); with in-memory
@@ -59,6 +63,7 @@ struct WorkerShape {
   int devices = 1;             // devices of the job
   int fsdp = 1;                // size of the fsdp axis (ici x dcn)
   int tensor = 1;              // size of the tensor axis (ici x dcn)
+  int stages = 1;              // size of the stage axis (ici x dcn)
   bool restoring = false;      // a checkpoint will be restored
   uint64_t dataset_bytes = 0;  // train.bin + val.bin
   bool bf16_via_f32 = false;   // bf16 matmuls on the f32-kernel route

@@ -12,7 +12,7 @@ namespace {
 
 using runtime::DType;
 
-const runtime::Axes kAll = {"data", "fsdp", "tensor"};
+const runtime::Axes kAll = {"data", "stage", "fsdp", "tensor"};
 
 // The smallest all-reduce of the gradient the backward pass starts (64 Ki
 // floats, 256 KiB): a layer of the quickstart model is one bucket; LayerNorm
@@ -28,6 +28,7 @@ Status ParallelPlan::FindGroups() {
   ASSIGN_OR_RETURN(fsdp_, coll_->Group({"fsdp"}));
   ASSIGN_OR_RETURN(data_, coll_->Group({"data"}));
   ASSIGN_OR_RETURN(tensor_, coll_->Group({"tensor"}));
+  ASSIGN_OR_RETURN(stage_, coll_->Group({"stage"}));
   ASSIGN_OR_RETURN(batch_, coll_->Group({"data", "fsdp"}));
   return OkStatus();
 }
@@ -43,10 +44,12 @@ Result<ParallelPlan> ParallelPlan::Create(runtime::DeviceCollectives& coll,
                                           int64_t num_parameters) {
   ParallelPlan plan(coll, num_parameters);
   RETURN_IF_ERROR(plan.FindGroups());
-  if (plan.tensor_size() != 1) {
+  if (plan.tensor_size() != 1 || plan.stage_size() != 1) {
     return InvalidArgument(
         "tensor parallelism " + std::to_string(plan.tensor_size()) +
-        ": a flat buffer without a model cannot be split over the tensor axis");
+        " and pipeline stages " + std::to_string(plan.stage_size()) +
+        ": a flat buffer without a model cannot be split over the tensor or "
+        "stage axis");
   }
   plan.Partition();
   return plan;
@@ -58,19 +61,61 @@ Result<ParallelPlan> ParallelPlan::Create(runtime::DeviceCollectives& coll,
   RETURN_IF_ERROR(plan.FindGroups());
   const int t = plan.tensor_size();
   RETURN_IF_ERROR(model::gpt::ValidateTensorParallelism(model, t));
-  plan.n_ = model::gpt::NumParameters(model, t);
+  RETURN_IF_ERROR(model::gpt::ValidatePipeline(model, plan.stage_size()));
+  const model::gpt::PipelineStage stage = plan.ModelStage();
+  plan.n_ = model::gpt::NumParameters(model, t, stage);
   plan.Partition();
-  if (t == 1) return plan;
   const int64_t end = plan.begin_ + plan.count_;
-  for (const model::gpt::ParamTensor& p :
-       model::gpt::ParameterLayout(model, t)) {
-    if (!model::gpt::IsReplicatedTensor(p.name)) continue;
+  auto add = [&](const model::gpt::ParamTensor& p,
+                 std::vector<std::pair<int64_t, int64_t>>& ranges) {
     const int64_t lo = std::max(p.offset, plan.begin_);
     const int64_t hi = std::min(p.offset + p.size, end);
-    if (lo < hi)
-      plan.replicated_.emplace_back(lo - plan.begin_, hi - plan.begin_);
+    if (lo < hi) ranges.emplace_back(lo - plan.begin_, hi - plan.begin_);
+  };
+  for (const model::gpt::ParamTensor& p :
+       model::gpt::ParameterLayout(model, t, stage)) {
+    if (t > 1 && model::gpt::IsReplicatedTensor(p.name)) {
+      add(p, plan.replicated_);
+    }
+    // The last stage's copy of the tied wte: the first stage counts it.
+    if (p.name == "wte" && stage.last() && !stage.first()) {
+      add(p, plan.tied_copy_);
+      plan.tied_count_ = p.size;
+    }
+    if (p.name == "wte" && stage.first() && !stage.last()) {
+      plan.tied_count_ = p.size;
+    }
   }
   return plan;
+}
+
+model::gpt::PipelineStage ParallelPlan::ModelStage() const {
+  return {stage_->rank, stage_->size};
+}
+
+Status ParallelPlan::SumTiedEmbedding(float* grads) {
+  if (tied_count_ == 0) return OkStatus();
+  const model::gpt::PipelineStage stage = ModelStage();
+  const int other = stage.first() ? stage.count - 1 : 0;
+  const auto n = static_cast<size_t>(tied_count_);
+  tied_scratch_.resize(n);
+  // The first stage's part goes first on both sides (the pair meets in
+  // issue order); both then add the same two values, so the copies stay
+  // bitwise equal.
+  runtime::CollectiveHandle a, b;
+  if (stage.first()) {
+    a = coll_->Send({"stage"}, other, grads, n, DType::kF32, "tied-wte");
+    b = coll_->Recv({"stage"}, other, tied_scratch_.data(), n, DType::kF32,
+                    "tied-wte");
+  } else {
+    a = coll_->Recv({"stage"}, other, tied_scratch_.data(), n, DType::kF32,
+                    "tied-wte");
+    b = coll_->Send({"stage"}, other, grads, n, DType::kF32, "tied-wte");
+  }
+  RETURN_IF_ERROR(a.Wait());
+  RETURN_IF_ERROR(b.Wait());
+  for (size_t i = 0; i < n; ++i) grads[i] += tied_scratch_[i];
+  return OkStatus();
 }
 
 model::gpt::TensorParallel ParallelPlan::ModelTensor() {
@@ -100,6 +145,9 @@ double ParallelPlan::ShardSquaredNorm(const float* gradient) const {
   }
   const double t = tensor_->size;
   sum -= replicated * (t - 1) / t;
+  for (auto [lo, hi] : tied_copy_) {
+    sum -= compute::SumOfSquares(gradient + lo, hi - lo) / t;
+  }
   return sum / data_->size;
 }
 

@@ -1,6 +1,11 @@
 // The parallel plan of one device: which shard of the training state it
 // holds and which collectives a training step issues, derived from the mesh.
 //
+// Pipeline stages (model/gpt.h, PipelineStage): a device of stage s holds
+// stage s's tensors, the flat buffer below is that stage's
+// (ParameterLayout(model, t, stage)), and the stage group sees the same rows
+// of the batch (pipeline_step.h runs them).
+//
 // Tensor parallelism (Megatron, model/tensor_shard.h): the devices of a
 // tensor group hold the parts of one model replica (the flat buffer of N
 // values is the tensor rank's, ParameterLayout(model, t)), see the same rows
@@ -63,18 +68,30 @@ class ParallelPlan {
   int data_size() const { return data_->size; }
   int tensor_rank() const { return tensor_->rank; }
   int tensor_size() const { return tensor_->size; }
+  int stage_rank() const { return stage_->rank; }
+  int stage_size() const { return stage_->size; }
+  // The pipeline stage of the model this device runs (the stage axis).
+  model::gpt::PipelineStage ModelStage() const;
   // This device's part of the batch: the tensor group's index over data and
   // fsdp, of batch_shards().
   int batch_shard() const { return batch_->rank; }
   int batch_shards() const { return batch_->size; }
 
+  runtime::DeviceCollectives& collectives() const { return *coll_; }
+
   // What the model needs for its tensor all-reduces (model/gpt.h).
   model::gpt::TensorParallel ModelTensor();
 
+  // On the first and the last pipeline stage (p > 1): grads' wte part
+  // (at offset 0 of both layouts) += the other end's, so that both hold
+  // the tied weight's whole gradient. Nothing on the other devices.
+  Status SumTiedEmbedding(float* grads);
+
   // The squared norm of the gradient this device's shard adds to the
   // model's over every device: the shard's, with the values the tensor
-  // ranks all hold (replicated tensors) counted 1/t each, and divided by
-  // the data replicas that hold the same shard.
+  // ranks all hold (replicated tensors) counted 1/t each, the last stage's
+  // copy of the tied wte not at all, and divided by the data replicas that
+  // hold the same shard.
   double ShardSquaredNorm(const float* gradient) const;
 
   DeviceBuffers Allocate() const;
@@ -107,11 +124,17 @@ class ParallelPlan {
   const runtime::AxisGroup* fsdp_ = nullptr;
   const runtime::AxisGroup* data_ = nullptr;
   const runtime::AxisGroup* tensor_ = nullptr;
+  const runtime::AxisGroup* stage_ = nullptr;
   const runtime::AxisGroup* batch_ = nullptr;  // data and fsdp
   int64_t n_, begin_ = 0, count_ = 0;
   // The shard's ranges [begin, end) (shard positions) of replicated tensors;
   // empty without tensor parallelism.
   std::vector<std::pair<int64_t, int64_t>> replicated_;
+  // The same for the last stage's copy of the tied wte; its size on the
+  // first and last stage (0 elsewhere) and the other end's part.
+  std::vector<std::pair<int64_t, int64_t>> tied_copy_;
+  int64_t tied_count_ = 0;
+  std::vector<float> tied_scratch_;
 };
 
 }  // namespace multislice::train

@@ -21,7 +21,8 @@ bool FindShard(const RestoredState* replica, const ParallelPlan& plan,
   const char* kinds[3] = {"params", "adam_m", "adam_v"};
   for (int i = 0; i < 3; ++i) {
     auto it = replica->blobs.find(ShardBlobName(
-        kinds[i], plan.shard_begin(), plan.tensor_rank(), plan.tensor_size()));
+        kinds[i], plan.shard_begin(), plan.tensor_rank(), plan.tensor_size(),
+        plan.stage_rank(), plan.stage_size()));
     if (it == replica->blobs.end() ||
         it->second.data.size() !=
             static_cast<size_t>(plan.shard_count()) * sizeof(float)) {

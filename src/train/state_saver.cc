@@ -57,7 +57,8 @@ void StateSaver::CopyOut(int local, int64_t step,
     process.rows = options_.rows;
     const nlohmann::json metadata = StateMetadata(
         step, options_.model, options_.axis_names, options_.mesh_shape,
-        options_.num_slices, mine, process, options_.tensor_parallelism);
+        options_.num_slices, mine, process, options_.tensor_parallelism,
+        options_.pipeline_parallelism);
     if (checkpoint) {
       if (options_.before_checkpoint && Fault().ok()) {
         if (Status s = options_.before_checkpoint(); !s.ok()) SetFault(s);

@@ -41,7 +41,8 @@ struct StateSaverOptions {
   std::vector<std::string> axis_names;
   std::vector<int> mesh_shape;
   int num_slices = 1;
-  int tensor_parallelism = 1;  // the mesh's tensor axis
+  int tensor_parallelism = 1;    // the mesh's tensor axis
+  int pipeline_parallelism = 1;  // and its stage axis
   // The process's rows of the global batch: its first device's first row
   // and the rows of all its devices.
   int row_begin = 0, rows = 1;

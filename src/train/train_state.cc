@@ -33,17 +33,20 @@ Result<int64_t> GetInt(const nlohmann::json& json, const char* field,
 }  // namespace
 
 std::string ShardBlobName(const std::string& kind, int64_t begin,
-                          int tensor_rank, int tensor_size) {
-  if (tensor_size == 1) return kind + "." + std::to_string(begin);
-  return kind + ".t" + std::to_string(tensor_rank) + "." +
-         std::to_string(begin);
+                          int tensor_rank, int tensor_size, int stage,
+                          int stages) {
+  std::string name = kind;
+  if (stages > 1) name += ".s" + std::to_string(stage);
+  if (tensor_size > 1) name += ".t" + std::to_string(tensor_rank);
+  return name + "." + std::to_string(begin);
 }
 
 std::vector<Blob> ShardBlobs(const std::vector<StateShard>& shards) {
   std::vector<Blob> blobs;
   for (const StateShard& s : shards) {
     auto name = [&](const char* kind) {
-      return ShardBlobName(kind, s.begin, s.tensor_rank, s.tensor_size);
+      return ShardBlobName(kind, s.begin, s.tensor_rank, s.tensor_size, s.stage,
+                           s.stages);
     };
     blobs.push_back(FloatBlob(name("params"), s.params, s.count));
     blobs.push_back(FloatBlob(name("adam_m"), s.adam_m, s.count));
@@ -57,11 +60,12 @@ nlohmann::json StateMetadata(int64_t step, const model::gpt::GptConfig& model,
                              const std::vector<int>& mesh_shape, int num_slices,
                              const std::vector<StateShard>& shards,
                              const IteratorState& iterator,
-                             int tensor_parallelism) {
+                             int tensor_parallelism, int pipeline_parallelism) {
   nlohmann::json shard_list = nlohmann::json::array();
   for (const StateShard& s : shards) {
     nlohmann::json entry = {{"begin", s.begin}, {"count", s.count}};
     if (tensor_parallelism > 1) entry["tensor_rank"] = s.tensor_rank;
+    if (pipeline_parallelism > 1) entry["stage"] = s.stage;
     shard_list.push_back(std::move(entry));
   }
   nlohmann::json meta = {{"format_version", kTrainStateFormatVersion},
@@ -81,6 +85,9 @@ nlohmann::json StateMetadata(int64_t step, const model::gpt::GptConfig& model,
                          {"shards", shard_list},
                          {"iterator", IteratorStateToJson(iterator)}};
   if (tensor_parallelism > 1) meta["tensor_parallelism"] = tensor_parallelism;
+  if (pipeline_parallelism > 1) {
+    meta["pipeline_parallelism"] = pipeline_parallelism;
+  }
   return meta;
 }
 
@@ -108,16 +115,34 @@ Result<model::gpt::GptConfig> ModelFromJson(const nlohmann::json& json) {
 
 namespace {
 
-// One tensor rank's flat buffers while a checkpoint is reassembled, and the
-// ranges its shards covered.
+// One model part's flat buffers (a tensor rank of a pipeline stage) while a
+// checkpoint is reassembled, and the ranges its shards covered.
 struct RankBuffers {
   std::vector<float> params, adam_m, adam_v;
   std::map<int64_t, int64_t> covered;  // begin -> end
 };
 
-// Reads one host's shards into the ranks' buffers.
+// How the checkpoint's flat buffers split the model: part stage * t + rank.
+struct Parts {
+  int tensor = 1, stages = 1;
+  int count() const { return tensor * stages; }
+};
+
+Result<int64_t> GetIndex(const nlohmann::json& shard, const char* field,
+                         int size, const std::string& where) {
+  if (size == 1) return int64_t{0};
+  ASSIGN_OR_RETURN(int64_t v, GetInt(shard, field, where));
+  if (v < 0 || v >= size) {
+    return InvalidArgument(where + ": shard " + field + " " +
+                           std::to_string(v) + " is outside [0, " +
+                           std::to_string(size) + ")");
+  }
+  return v;
+}
+
+// Reads one host's shards into the parts' buffers.
 Status ReadShards(const RestoredState& restored, const std::string& where,
-                  int tensor_size, std::vector<RankBuffers>& ranks) {
+                  const Parts& parts, std::vector<RankBuffers>& ranks) {
   const nlohmann::json& meta = restored.metadata;
   auto shards = meta.find("shards");
   if (shards == meta.end() || !shards->is_array()) {
@@ -126,16 +151,10 @@ Status ReadShards(const RestoredState& restored, const std::string& where,
   for (const nlohmann::json& s : *shards) {
     ASSIGN_OR_RETURN(int64_t begin, GetInt(s, "begin", where));
     ASSIGN_OR_RETURN(int64_t count, GetInt(s, "count", where));
-    int64_t rank = 0;
-    if (tensor_size > 1) {
-      ASSIGN_OR_RETURN(rank, GetInt(s, "tensor_rank", where));
-    }
-    if (rank < 0 || rank >= tensor_size) {
-      return InvalidArgument(where + ": shard tensor_rank " +
-                             std::to_string(rank) + " is outside [0, " +
-                             std::to_string(tensor_size) + ")");
-    }
-    RankBuffers& r = ranks[static_cast<size_t>(rank)];
+    ASSIGN_OR_RETURN(int64_t rank,
+                     GetIndex(s, "tensor_rank", parts.tensor, where));
+    ASSIGN_OR_RETURN(int64_t stage, GetIndex(s, "stage", parts.stages, where));
+    RankBuffers& r = ranks[static_cast<size_t>(stage * parts.tensor + rank)];
     const auto n = static_cast<int64_t>(r.params.size());
     if (begin < 0 || count < 0 || begin + count > n) {
       return InvalidArgument(where + ": shard [" + std::to_string(begin) +
@@ -147,7 +166,8 @@ Status ReadShards(const RestoredState& restored, const std::string& where,
          {std::pair{"params", &r.params}, std::pair{"adam_m", &r.adam_m},
           std::pair{"adam_v", &r.adam_v}}) {
       const std::string name =
-          ShardBlobName(kind, begin, static_cast<int>(rank), tensor_size);
+          ShardBlobName(kind, begin, static_cast<int>(rank), parts.tensor,
+                        static_cast<int>(stage), parts.stages);
       auto blob = restored.blobs.find(name);
       if (blob == restored.blobs.end() ||
           blob->second.data.size() !=
@@ -174,6 +194,75 @@ int64_t CoveredUpTo(const RankBuffers& r) {
   return reached;
 }
 
+// Host 0's split of the model, checked against the model.
+Result<Parts> PartsOf(const nlohmann::json& meta,
+                      const model::gpt::GptConfig& model,
+                      const std::string& where) {
+  Parts parts;
+  int64_t t = 1, p = 1;
+  if (meta.contains("tensor_parallelism")) {
+    ASSIGN_OR_RETURN(t, GetInt(meta, "tensor_parallelism", where));
+  }
+  if (meta.contains("pipeline_parallelism")) {
+    ASSIGN_OR_RETURN(p, GetInt(meta, "pipeline_parallelism", where));
+  }
+  if (t < 1 || t > 4096 ||
+      !model::gpt::ValidateTensorParallelism(model, static_cast<int>(t)).ok()) {
+    return InvalidArgument(where + ": tensor_parallelism " + std::to_string(t) +
+                           " does not split the model");
+  }
+  if (p < 1 || p > 4096 ||
+      !model::gpt::ValidatePipeline(model, static_cast<int>(p)).ok()) {
+    return InvalidArgument(where + ": pipeline_parallelism " +
+                           std::to_string(p) + " does not split the model");
+  }
+  parts.tensor = static_cast<int>(t);
+  parts.stages = static_cast<int>(p);
+  return parts;
+}
+
+// The buffers of every part, zeroed, at their sizes.
+std::vector<RankBuffers> AllocateParts(const model::gpt::GptConfig& model,
+                                       const Parts& parts) {
+  std::vector<RankBuffers> ranks(static_cast<size_t>(parts.count()));
+  for (int k = 0; k < parts.count(); ++k) {
+    const auto local = static_cast<size_t>(model::gpt::NumParameters(
+        model, parts.tensor, {k / parts.tensor, parts.stages}));
+    RankBuffers& r = ranks[static_cast<size_t>(k)];
+    r.params.assign(local, 0.0f);
+    r.adam_m.assign(local, 0.0f);
+    r.adam_v.assign(local, 0.0f);
+  }
+  return ranks;
+}
+
+// The whole model's buffers from its parts.
+void AssembleParts(const Parts& parts, std::vector<RankBuffers>& ranks,
+                   FullState& state) {
+  if (parts.count() == 1) {
+    state.params = std::move(ranks[0].params);
+    state.adam_m = std::move(ranks[0].adam_m);
+    state.adam_v = std::move(ranks[0].adam_v);
+    return;
+  }
+  const auto whole =
+      static_cast<size_t>(model::gpt::NumParameters(state.model));
+  state.params.assign(whole, 0.0f);
+  state.adam_m.assign(whole, 0.0f);
+  state.adam_v.assign(whole, 0.0f);
+  for (int k = 0; k < parts.count(); ++k) {
+    const RankBuffers& b = ranks[static_cast<size_t>(k)];
+    const int r = k % parts.tensor;
+    const model::gpt::PipelineStage stage{k / parts.tensor, parts.stages};
+    model::gpt::InsertTensorShard(state.model, parts.tensor, r, b.params.data(),
+                                  state.params.data(), stage);
+    model::gpt::InsertTensorShard(state.model, parts.tensor, r, b.adam_m.data(),
+                                  state.adam_m.data(), stage);
+    model::gpt::InsertTensorShard(state.model, parts.tensor, r, b.adam_v.data(),
+                                  state.adam_v.data(), stage);
+  }
+}
+
 }  // namespace
 
 Result<FullState> LoadFullState(const CheckpointManager& manager,
@@ -182,7 +271,7 @@ Result<FullState> LoadFullState(const CheckpointManager& manager,
   FullState state;
   state.step = step;
   int64_t num_params = -1;
-  int tensor_size = 1;
+  Parts parts;
   std::vector<RankBuffers> ranks;
   for (int host = 0; host < hosts; ++host) {
     ASSIGN_OR_RETURN(RestoredState restored, manager.Restore(step, host));
@@ -197,10 +286,6 @@ Result<FullState> LoadFullState(const CheckpointManager& manager,
                              std::to_string(kTrainStateFormatVersion) + ")");
     }
     ASSIGN_OR_RETURN(int64_t n, GetInt(meta, "num_params", where));
-    int64_t t = 1;
-    if (meta.contains("tensor_parallelism")) {
-      ASSIGN_OR_RETURN(t, GetInt(meta, "tensor_parallelism", where));
-    }
     if (host == 0) {
       ASSIGN_OR_RETURN(state.model, ModelFromJson(meta.contains("model")
                                                       ? meta["model"]
@@ -212,67 +297,44 @@ Result<FullState> LoadFullState(const CheckpointManager& manager,
             " does not match the model's " +
             std::to_string(model::gpt::NumParameters(state.model)));
       }
-      if (t < 1 || t > 4096 ||
-          !model::gpt::ValidateTensorParallelism(state.model,
-                                                 static_cast<int>(t))
-               .ok()) {
-        return InvalidArgument(where + ": tensor_parallelism " +
-                               std::to_string(t) + " does not split the model");
-      }
-      tensor_size = static_cast<int>(t);
-      const auto local = static_cast<size_t>(
-          model::gpt::NumParameters(state.model, tensor_size));
-      ranks.resize(static_cast<size_t>(tensor_size));
-      for (RankBuffers& r : ranks) {
-        r.params.assign(local, 0.0f);
-        r.adam_m.assign(local, 0.0f);
-        r.adam_v.assign(local, 0.0f);
-      }
+      ASSIGN_OR_RETURN(parts, PartsOf(meta, state.model, where));
+      ranks = AllocateParts(state.model, parts);
       auto it = meta.find("iterator");
       if (it == meta.end()) {
         return InvalidArgument(where + ": metadata has no 'iterator'");
       }
       ASSIGN_OR_RETURN(state.iterator, IteratorStateFromJson(*it));
       state.saved_mesh = meta.value("mesh", nlohmann::json::object());
-    } else if (n != num_params || t != tensor_size) {
-      return InvalidArgument(where + ": num_params " + std::to_string(n) +
-                             " and "
-                             "tensor_parallelism " +
-                             std::to_string(t) + " differ from host 0's " +
-                             std::to_string(num_params) + " and " +
-                             std::to_string(tensor_size));
+    } else {
+      ASSIGN_OR_RETURN(Parts mine, PartsOf(meta, state.model, where));
+      if (n != num_params || mine.tensor != parts.tensor ||
+          mine.stages != parts.stages) {
+        return InvalidArgument(
+            where + ": num_params " + std::to_string(n) +
+            ", tensor_parallelism " + std::to_string(mine.tensor) +
+            " and pipeline_parallelism " + std::to_string(mine.stages) +
+            " differ from host 0's " + std::to_string(num_params) + ", " +
+            std::to_string(parts.tensor) + " and " +
+            std::to_string(parts.stages));
+      }
     }
-    RETURN_IF_ERROR(ReadShards(restored, where, tensor_size, ranks));
+    RETURN_IF_ERROR(ReadShards(restored, where, parts, ranks));
   }
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    const int64_t reached = CoveredUpTo(ranks[r]);
-    if (reached < static_cast<int64_t>(ranks[r].params.size())) {
+  for (size_t k = 0; k < ranks.size(); ++k) {
+    const int64_t reached = CoveredUpTo(ranks[k]);
+    if (reached < static_cast<int64_t>(ranks[k].params.size())) {
+      const int r = static_cast<int>(k) % parts.tensor;
+      const int stage = static_cast<int>(k) / parts.tensor;
       return InvalidArgument(
           "checkpoint step " + std::to_string(step) + ": parameters [" +
           std::to_string(reached) + ", ...) " +
-          (tensor_size > 1 ? "of tensor rank " + std::to_string(r) + " " : "") +
+          (parts.stages > 1 ? "of stage " + std::to_string(stage) + " " : "") +
+          (parts.tensor > 1 ? "of tensor rank " + std::to_string(r) + " "
+                            : "") +
           "are in no host's shards");
     }
   }
-  if (tensor_size == 1) {
-    state.params = std::move(ranks[0].params);
-    state.adam_m = std::move(ranks[0].adam_m);
-    state.adam_v = std::move(ranks[0].adam_v);
-    return state;
-  }
-  const auto whole = static_cast<size_t>(num_params);
-  state.params.assign(whole, 0.0f);
-  state.adam_m.assign(whole, 0.0f);
-  state.adam_v.assign(whole, 0.0f);
-  for (int r = 0; r < tensor_size; ++r) {
-    const RankBuffers& b = ranks[static_cast<size_t>(r)];
-    model::gpt::InsertTensorShard(state.model, tensor_size, r, b.params.data(),
-                                  state.params.data());
-    model::gpt::InsertTensorShard(state.model, tensor_size, r, b.adam_m.data(),
-                                  state.adam_m.data());
-    model::gpt::InsertTensorShard(state.model, tensor_size, r, b.adam_v.data(),
-                                  state.adam_v.data());
-  }
+  AssembleParts(parts, ranks, state);
   return state;
 }
 

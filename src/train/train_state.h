@@ -23,6 +23,11 @@
 // "tensor_parallelism": t, each shard its "tensor_rank", and the blobs are
 // "params.t<rank>.<begin>" etc.
 //
+// With pipeline stages p > 1 (model/gpt.h, PipelineStage) each stage's
+// buffer is its own (ParameterLayout(model, t, stage)): the metadata holds
+// "pipeline_parallelism": p, each shard its "stage", and the blobs are
+// "params.s<stage>.<begin>" (or "params.s<stage>.t<rank>.<begin>").
+//
 // Restoring reads every host's file of the step and reassembles the full
 // buffers (each tensor rank's, then the whole model's from them), so a
 // checkpoint saved on one mesh restores on any other (another fsdp/data split,
@@ -53,15 +58,20 @@ struct StateShard {
   const float* adam_m = nullptr;
   const float* adam_v = nullptr;
   int64_t count = 0;
-  // The tensor rank whose flat buffer `begin` counts in, of tensor_size.
+  // The tensor rank and pipeline stage whose flat buffer `begin` counts
+  // in, of tensor_size and stages.
   int tensor_rank = 0;
   int tensor_size = 1;
+  int stage = 0;
+  int stages = 1;
 };
 
 // The name of a shard's blob of `kind` ("params", "adam_m", "adam_v"):
-// "params.<begin>", or "params.t<rank>.<begin>" under tensor parallelism.
+// "params.<begin>", with ".s<stage>" under pipeline stages and ".t<rank>"
+// under tensor parallelism before the begin.
 std::string ShardBlobName(const std::string& kind, int64_t begin,
-                          int tensor_rank, int tensor_size);
+                          int tensor_rank, int tensor_size, int stage = 0,
+                          int stages = 1);
 
 // The blobs of `shards` (copied: this is the copy out of the device buffers
 // that blocks training during an asynchronous save).
@@ -73,7 +83,8 @@ nlohmann::json StateMetadata(int64_t step, const model::gpt::GptConfig& model,
                              const std::vector<int>& mesh_shape, int num_slices,
                              const std::vector<StateShard>& shards,
                              const IteratorState& iterator,
-                             int tensor_parallelism = 1);
+                             int tensor_parallelism = 1,
+                             int pipeline_parallelism = 1);
 
 // The whole training state of one step, unsharded.
 struct FullState {

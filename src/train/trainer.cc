@@ -29,6 +29,7 @@
 #include "train/metrics.h"
 #include "train/optimizer.h"
 #include "train/parallel_plan.h"
+#include "train/pipeline_step.h"
 #include "train/replica_restore.h"
 #include "train/reporter.h"
 #include "train/run_directory.h"
@@ -248,10 +249,11 @@ class Trainer {
     model::gpt::GptModel gpt;
     ShardOptimizer optimizer;
     int64_t start_step;
+    std::unique_ptr<PipelineStep> pipeline;  // with more than one stage
     StateShard shard() const {
       return {plan.shard_begin(),  state.shard.data(), state.adam_m.data(),
               state.adam_v.data(), plan.shard_count(), plan.tensor_rank(),
-              plan.tensor_size()};
+              plan.tensor_size(),  plan.stage_rank(),  plan.stage_size()};
     }
   };
   struct StepResult {
@@ -269,6 +271,9 @@ class Trainer {
   void InitShard(const ParallelPlan& plan, DeviceBuffers& state) const;
   Status RestoreReplica(Device& d);
   Result<StepResult> TrainStep(Device& d, int64_t step);
+  // The forward and backward passes with the gradient reduced; the loss.
+  Result<float> ForwardBackward(Device& d, const Batch& batch);
+  std::unique_ptr<PipelineStep> MakePipeline(ParallelPlan& plan) const;
   Result<double> Evaluate(Device& d);
   void Report(Device& d, StepRecord& r);
   void FreeReplicas();
@@ -358,20 +363,16 @@ Result<Trainer::StepResult> Trainer::TrainStep(Device& d, int64_t step) {
   const Clock::time_point step_start = Clock::now();
   const Batch batch = d.train_data.At(step - 1);
   RETURN_IF_ERROR(d.plan.GatherWeights(d.state));
-  ASSIGN_OR_RETURN(
-      float loss,
-      d.gpt.Forward(d.state.weights, batch.inputs.data(), batch.targets.data(),
-                    RowsPerDevice(d.plan), config_.max_target_length));
-  RETURN_IF_ERROR(d.plan.ReduceGradients(
-      [&](const model::gpt::GptModel::GradientReady& ready, float* grads) {
-        return d.gpt.Backward(d.state.weights, grads, ready);
-      },
-      d.state));
+  ASSIGN_OR_RETURN(float loss, ForwardBackward(d, batch));
   // The mean loss and the squared norm of the summed gradient, in one
   // all-reduce (data replicas hold equal shards: each adds 1/data; the
-  // tensor ranks of a group have equal losses and replicated values).
+  // tensor ranks of a group have equal losses and replicated values; only
+  // the last pipeline stage has a loss).
+  const model::gpt::PipelineStage stage = d.plan.ModelStage();
   float stats[3] = {
-      loss * (1.0f / static_cast<float>(num_devices_)),
+      stage.last() ? loss * (static_cast<float>(stage.count) /
+                             static_cast<float>(num_devices_))
+                   : 0.0f,
       static_cast<float>(d.plan.ShardSquaredNorm(d.state.gradient)),
       saver_->FaultFlag(d.local)};
   RETURN_IF_ERROR(d.plan.ReduceOverAll(stats, 3, "loss-and-norm"));
@@ -385,10 +386,43 @@ Result<Trainer::StepResult> Trainer::TrainStep(Device& d, int64_t step) {
   r.record.grad_norm = d.optimizer.MeanNorm(static_cast<double>(stats[1]));
   r.record.lr = d.optimizer.Apply(step, r.record.grad_norm, d.state);
   r.record.seconds = SecondsSince(step_start);
+  if (d.pipeline && d.pipeline->last_wall_seconds() > 0) {
+    r.record.pipeline_seconds = d.pipeline->last_wall_seconds();
+    r.record.pipeline_bubble = 1.0 - d.pipeline->last_compute_seconds() /
+                                         d.pipeline->last_wall_seconds();
+  }
   IteratorState next = d.train_data.state();
   next.step = step;
   RETURN_IF_ERROR(d.train_data.Restore(next));
   return r;
+}
+
+Result<float> Trainer::ForwardBackward(Device& d, const Batch& batch) {
+  if (d.pipeline) {
+    float loss = 0;
+    RETURN_IF_ERROR(d.plan.ReduceGradients(
+        [&](const model::gpt::GptModel::GradientReady& ready,
+            float* grads) -> Status {
+          ASSIGN_OR_RETURN(
+              loss, d.pipeline->Train(d.state.weights, batch.inputs.data(),
+                                      batch.targets.data(), grads));
+          RETURN_IF_ERROR(d.plan.SumTiedEmbedding(grads));
+          if (ready) ready(0, d.plan.num_parameters());
+          return OkStatus();
+        },
+        d.state));
+    return loss;
+  }
+  ASSIGN_OR_RETURN(
+      float loss,
+      d.gpt.Forward(d.state.weights, batch.inputs.data(), batch.targets.data(),
+                    RowsPerDevice(d.plan), config_.max_target_length));
+  RETURN_IF_ERROR(d.plan.ReduceGradients(
+      [&](const model::gpt::GptModel::GradientReady& ready, float* grads) {
+        return d.gpt.Backward(d.state.weights, grads, ready);
+      },
+      d.state));
+  return loss;
 }
 
 // The mean validation loss over eval_batches batches of every device.
@@ -397,13 +431,21 @@ Result<double> Trainer::Evaluate(Device& d) {
   float sum = 0;
   for (int k = 0; k < config_.eval_batches; ++k) {
     const Batch batch = d.val_data.At(k);
-    ASSIGN_OR_RETURN(float loss,
-                     d.gpt.Forward(d.state.weights, batch.inputs.data(),
+    ASSIGN_OR_RETURN(
+        float loss,
+        d.pipeline ? d.pipeline->Evaluate(d.state.weights, batch.inputs.data(),
+                                          batch.targets.data())
+                   : d.gpt.Forward(d.state.weights, batch.inputs.data(),
                                    batch.targets.data(), RowsPerDevice(d.plan),
                                    config_.max_target_length));
     sum += loss;
   }
-  float mean = sum / static_cast<float>(config_.eval_batches * num_devices_);
+  // Only the last stage has losses (each of the stage.count shares).
+  const model::gpt::PipelineStage stage = d.plan.ModelStage();
+  float mean = stage.last()
+                   ? sum * static_cast<float>(stage.count) /
+                         static_cast<float>(config_.eval_batches * num_devices_)
+                   : 0.0f;
   RETURN_IF_ERROR(d.plan.ReduceOverAll(&mean, 1, "val-loss"));
   return static_cast<double>(mean);
 }
@@ -417,10 +459,25 @@ void Trainer::Report(Device& d, StepRecord& r) {
   if (r.val_loss) reporter_->Plot();
 }
 
-// The rows of the batch each device trains on: its tensor group's share
-// (MaxText: the batch is split over data and fsdp, not over tensor).
+// The rows of the batch each device trains on: its tensor group's and
+// pipeline's share (MaxText: the batch is split over data and fsdp, not
+// over tensor or stage).
 int Trainer::RowsPerDevice(const ParallelPlan& plan) const {
-  return config_.per_device_batch_size * plan.tensor_size();
+  return config_.per_device_batch_size * plan.tensor_size() * plan.stage_size();
+}
+
+std::unique_ptr<PipelineStep> Trainer::MakePipeline(ParallelPlan& plan) const {
+  if (plan.stage_size() == 1) return nullptr;
+  PipelineStepOptions o;
+  o.model = model_;
+  o.matmul_type = MatmulDType(config_);
+  o.stage = plan.ModelStage();
+  o.schedule = *ParsePipelineSchedule(config_.pipeline_parallel_schedule);
+  o.microbatches = PipelineMicrobatches(config_, plan.stage_size());
+  o.rows = RowsPerDevice(plan);
+  o.seq_len = config_.max_target_length;
+  return std::make_unique<PipelineStep>(plan.collectives(), o,
+                                        plan.ModelTensor());
 }
 
 // The device's shard of the restored checkpoint, or of the initial weights
@@ -428,21 +485,23 @@ int Trainer::RowsPerDevice(const ParallelPlan& plan) const {
 void Trainer::InitShard(const ParallelPlan& plan, DeviceBuffers& state) const {
   const int64_t begin = plan.shard_begin(), count = plan.shard_count();
   const int t = plan.tensor_size();
+  const model::gpt::PipelineStage stage = plan.ModelStage();
+  const bool whole_model = t == 1 && stage.count == 1;
   auto take = [&](const std::vector<float>& whole, std::vector<float>& out) {
-    if (t == 1) {
+    if (whole_model) {
       std::copy_n(whole.begin() + begin, count, out.begin());
       return;
     }
     std::vector<float> local(static_cast<size_t>(plan.num_parameters()));
     model::gpt::ExtractTensorShard(model_, t, plan.tensor_rank(), whole.data(),
-                                   local.data());
+                                   local.data(), stage);
     std::copy_n(local.begin() + begin, count, out.begin());
   };
   if (restored_) {
     take(restored_->params, state.shard);
     take(restored_->adam_m, state.adam_m);
     take(restored_->adam_v, state.adam_v);
-  } else if (t == 1) {
+  } else if (whole_model) {
     model::gpt::InitParameters(model_, static_cast<uint64_t>(config_.seed),
                                state.weights);
     if (plan.sharded()) {
@@ -474,14 +533,17 @@ Result<std::unique_ptr<Trainer::Device>> Trainer::StartDevice(int local) {
   const int t = plan.tensor_size();
   const int64_t begin = plan.shard_begin();
   const int divisor = plan.batch_shards();
+  const model::gpt::PipelineStage stage = plan.ModelStage();
   model::gpt::TensorParallel tensor = plan.ModelTensor();
+  std::unique_ptr<PipelineStep> pipeline = MakePipeline(plan);
   std::unique_ptr<Device> d(new Device{
       local, printer_ && local == 0, std::move(plan), std::move(state),
       std::move(train_data), std::move(val_data),
-      model::gpt::GptModel(model_, MatmulDType(config_), std::move(tensor)),
-      ShardOptimizer(config_, model::gpt::WeightDecayMask(model_, t), begin,
-                     divisor),
-      restored_step_});
+      model::gpt::GptModel(model_, MatmulDType(config_), std::move(tensor),
+                           stage),
+      ShardOptimizer(config_, model::gpt::WeightDecayMask(model_, t, stage),
+                     begin, divisor),
+      restored_step_, std::move(pipeline)});
   RETURN_IF_ERROR(RestoreReplica(*d));
   if (d->reporter_thread) {
     reporter_->LoadHistory(d->start_step);
@@ -634,7 +696,7 @@ Status Trainer::StartRunDirectory() {
   for (const std::string& note : options_.notes) {
     std::printf("multislice train: %s\n", note.c_str());
   }
-  if (rt_.parallelism().dcn[2] > 1) {
+  if (rt_.parallelism().dcn[mesh::kTensor] > 1) {
     // The seed: "we do not recommend tensor parallelism across slices,
     // because it needs a lot of bandwidth between them".
     std::fprintf(stderr,
@@ -643,7 +705,7 @@ Status Trainer::StartRunDirectory() {
                  "layer and step, which needs far more bandwidth than DCN "
                  "gives; prefer dcn_data_parallelism or dcn_fsdp_parallelism "
                  "across slices\n",
-                 rt_.parallelism().dcn[2]);
+                 rt_.parallelism().dcn[mesh::kTensor]);
   }
   if (restored_) {
     std::printf(
@@ -671,6 +733,9 @@ StateSaverOptions Trainer::SaverOptions() {
   for (size_t a = 0; a < rt_.mesh().axis_names.size(); ++a) {
     if (rt_.mesh().axis_names[a] == "tensor") {
       o.tensor_parallelism = rt_.mesh().shape[a];
+    }
+    if (rt_.mesh().axis_names[a] == "stage") {
+      o.pipeline_parallelism = rt_.mesh().shape[a];
     }
   }
   o.row_begin = rt_.local_devices()[0] * config_.per_device_batch_size;

@@ -11,9 +11,9 @@ namespace multislice::mesh {
 namespace {
 
 // Product of the values other than -1, saturating instead of overflowing:
-// three ints can exceed int64, and such a product never matches a device
+// four ints can exceed int64, and such a product never matches a device
 // count anyway.
-int64_t ProductOfSpecified(const std::array<int, 3>& values) {
+int64_t ProductOfSpecified(const std::array<int, kNumAxes>& values) {
   int64_t product = 1;
   for (int v : values) {
     if (v == -1) continue;
@@ -28,12 +28,12 @@ int64_t ProductOfSpecified(const std::array<int, 3>& values) {
 // Fills the -1 of one level and checks its product against `target`, in
 // MaxText's order. `type` is "ICI" or "DCN"; `target_word` is "devices per
 // slice" or "slices". `only_one_slice` turns on the single-slice DCN check.
-Status FillLevel(std::array<int, 3>& values, int64_t target,
+Status FillLevel(std::array<int, kNumAxes>& values, int64_t target,
                  const std::string& type, const std::string& target_word,
                  bool only_one_slice) {
   int unspecified = 0;
   int unspecified_index = -1;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < kNumAxes; ++i) {
     if (values[i] == -1) {
       ++unspecified;
       unspecified_index = i;
@@ -75,11 +75,12 @@ Status FillLevel(std::array<int, 3>& values, int64_t target,
 
 Status CheckParallelismValues(const ParallelismConfig& config) {
   for (int level = 0; level < 2; ++level) {
-    const std::array<int, 3>& values = level == 0 ? config.ici : config.dcn;
-    for (int i = 0; i < 3; ++i) {
+    const std::array<int, kNumAxes>& values =
+        level == 0 ? config.ici : config.dcn;
+    for (int i = 0; i < kNumAxes; ++i) {
       if (values[i] == 0 || values[i] < -1) {
         return InvalidArgument(std::string(level == 0 ? "ici_" : "dcn_") +
-                               kAxisNames[i] +
+                               kAxisKeyWords[i] +
                                "_parallelism must be a positive integer or "
                                "-1, got " +
                                std::to_string(values[i]));

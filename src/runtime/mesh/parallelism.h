@@ -10,13 +10,21 @@
 
 namespace multislice::mesh {
 
-// Axis order of every mesh: data, fsdp, tensor.
-inline constexpr std::array<const char*, 3> kAxisNames = {"data", "fsdp",
-                                                          "tensor"};
+// Axis order of every mesh, MaxText's: data, stage, fsdp, tensor. The stage
+// axis holds pipeline stages; its keys are MaxText's *_pipeline_parallelism.
+enum Axis : int { kData = 0, kStage = 1, kFsdp = 2, kTensor = 3 };
+inline constexpr int kNumAxes = 4;
+inline constexpr std::array<const char*, kNumAxes> kAxisNames = {
+    "data", "stage", "fsdp", "tensor"};
+// The word of each axis in its keys: ici_<word>_parallelism.
+inline constexpr std::array<const char*, kNumAxes> kAxisKeyWords = {
+    "data", "pipeline", "fsdp", "tensor"};
 
 struct ParallelismConfig {
-  std::array<int, 3> ici = {1, 1, 1};  // data, fsdp, tensor
-  std::array<int, 3> dcn = {1, 1, 1};
+  std::array<int, kNumAxes> ici = {1, 1, 1, 1};  // by Axis
+  std::array<int, kNumAxes> dcn = {1, 1, 1, 1};
+  // The devices along an axis over both levels (of a resolved config).
+  int size(Axis a) const { return ici[a] * dcn[a]; }
 };
 
 // kInvalidArgument naming the first value that is 0 or below -1, e.g.
