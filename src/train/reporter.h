@@ -24,8 +24,9 @@ struct StepRecord {
   int64_t step = 0;
   double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
   std::optional<double> val_loss;
-  // With pipeline stages: this device's stage's forward/backward schedule
-  // (wall seconds) and the fraction of it the stage did not compute.
+  // With pipeline stages: the forward/backward schedule's wall seconds (on
+  // the reporting device) and the fraction of it the busiest stage did not
+  // compute.
   std::optional<double> pipeline_seconds, pipeline_bubble;
 };
 

@@ -273,6 +273,7 @@ class Trainer {
   Result<StepResult> TrainStep(Device& d, int64_t step);
   // The forward and backward passes with the gradient reduced; the loss.
   Result<float> ForwardBackward(Device& d, const Batch& batch);
+  Status RecordBubble(Device& d, StepRecord& record);
   std::unique_ptr<PipelineStep> MakePipeline(ParallelPlan& plan) const;
   Result<double> Evaluate(Device& d);
   void Report(Device& d, StepRecord& r);
@@ -386,15 +387,26 @@ Result<Trainer::StepResult> Trainer::TrainStep(Device& d, int64_t step) {
   r.record.grad_norm = d.optimizer.MeanNorm(static_cast<double>(stats[1]));
   r.record.lr = d.optimizer.Apply(step, r.record.grad_norm, d.state);
   r.record.seconds = SecondsSince(step_start);
-  if (d.pipeline && d.pipeline->last_wall_seconds() > 0) {
-    r.record.pipeline_seconds = d.pipeline->last_wall_seconds();
-    r.record.pipeline_bubble = 1.0 - d.pipeline->last_compute_seconds() /
-                                         d.pipeline->last_wall_seconds();
-  }
+  if (d.pipeline) RETURN_IF_ERROR(RecordBubble(d, r.record));
   IteratorState next = d.train_data.state();
   next.step = step;
   RETURN_IF_ERROR(d.train_data.Restore(next));
   return r;
+}
+
+// The pipeline's bubble as the busiest stage sees it: the schedule's wall
+// time on this device against the most any device computed in it (stages
+// are not equal: the last one also runs the head), so that an uneven split
+// is not counted as bubble.
+Status Trainer::RecordBubble(Device& d, StepRecord& record) {
+  float busiest = static_cast<float>(d.pipeline->last_compute_seconds());
+  RETURN_IF_ERROR(d.plan.ReduceOverAll(&busiest, 1, "pipeline-compute",
+                                       runtime::ReduceOp::kMax));
+  const double wall = d.pipeline->last_wall_seconds();
+  if (wall <= 0) return OkStatus();
+  record.pipeline_seconds = wall;
+  record.pipeline_bubble = std::max(0.0, 1.0 - busiest / wall);
+  return OkStatus();
 }
 
 Result<float> Trainer::ForwardBackward(Device& d, const Batch& batch) {
