@@ -2,16 +2,21 @@
 // on the command line. Given an accelerator type, the slices, the parameters
 // and the batch, it prints the hardware's arithmetic intensity, the
 // workload's operational intensity, the minimum and recommended batch per
-// slice, the predicted step time and scaling efficiency, and the strategy to
-// use across slices with the reason. It only computes, so TPU types work as
-// well as cpu-N (with a measured peak and DCN bandwidth).
+// slice, the predicted step time and scaling efficiency, a table comparing
+// data parallelism, FSDP and pipelines of each depth by tokens/s, and the
+// strategy to use across slices with the reason and the train keys. It only
+// computes, so TPU types work as well as cpu-N (with a measured peak and DCN
+// bandwidth).
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cli/command.h"
 #include "cli/commands.h"
@@ -72,13 +77,16 @@ std::optional<double> ParseCount(const std::string& text) {
 
 // Adds a count flag (see ParseCount) writing *target when given; a bad value
 // is "--name: 'abc' is not a number (e.g. 16e9, 350k, 1.5M, 16B)".
+// `alias`: a second name (MaxText's), e.g. base_emb_dim for emb_dim.
 CLI::Option* AddCountFlag(CLI::App* app, const std::string& underscore_name,
                           std::optional<double>* target,
                           const std::string& description,
-                          const std::string& default_text = "") {
+                          const std::string& default_text = "",
+                          const std::string& alias = "") {
   const std::string flag = "--" + underscore_name;
   CLI::Option* option = app->add_option_function<std::string>(
-      FlagNames(underscore_name),
+      FlagNames(underscore_name) +
+          (alias.empty() ? "" : "," + FlagNames(alias)),
       [flag, target](const std::string& text) {
         const std::optional<double> value = ParseCount(text);
         if (!value) {
@@ -111,6 +119,7 @@ struct PlanFlags {
   std::string strategy = "auto";
   int pipeline_depth = 0;
   int pipeline_microbatches = 0;
+  std::optional<double> emb_dim;
   long long memory_per_chip = 0;
   bool memory_given = false;
   std::optional<double> state_bytes_per_parameter;
@@ -155,6 +164,7 @@ Result<model::PerfModelOptions> ToOptions(const PlanFlags& flags) {
   }
   o.pipeline_depth = flags.pipeline_depth;
   o.pipeline_microbatches = flags.pipeline_microbatches;
+  o.emb_dim = flags.emb_dim;
   if (flags.memory_given) {
     o.memory_bytes_per_chip = static_cast<double>(flags.memory_per_chip);
   }
@@ -224,6 +234,7 @@ std::string Seconds(double seconds) {
 }
 
 std::string Bytes(double bytes) {
+  if (bytes == 0) return "0";
   if (bytes < 1e6) return Format("%.4g KB", bytes / 1e3);
   if (bytes < 1e9) return Format("%.4g MB", bytes / 1e6);
   return Format("%.4g GB", bytes / 1e9);
@@ -243,19 +254,71 @@ std::string Line(const std::string& label, const std::string& value) {
   return line + value + "\n";
 }
 
+// The recommended `multislice train` keys, space-separated.
 std::string Config(const model::Recommendation& r) {
-  return "dcn_data_parallelism=" + std::to_string(r.dcn_data_parallelism) +
-         " dcn_fsdp_parallelism=" + std::to_string(r.dcn_fsdp_parallelism) +
-         " dcn_pipeline_parallelism=" +
-         std::to_string(r.dcn_pipeline_parallelism) +
-         " dcn_tensor_parallelism=1";
+  std::string keys;
+  for (const std::string& key : model::TrainKeys(r)) {
+    keys += (keys.empty() ? "" : " ") + key;
+  }
+  return keys;
+}
+
+// A table row: cells padded to `widths` (the last cell as it is).
+std::string Row(const std::vector<std::string>& cells,
+                const std::vector<size_t>& widths) {
+  std::string row = " ";
+  for (size_t i = 0; i < cells.size(); ++i) {
+    std::string cell = " " + cells[i];
+    if (i + 1 < cells.size() && cell.size() < widths[i] + 1) {
+      cell.resize(widths[i] + 1, ' ');
+    }
+    row += cell;
+  }
+  while (!row.empty() && row.back() == ' ') row.pop_back();
+  return row + "\n";
+}
+
+// The strategies compared (perf_model.h 10.), one row each, the recommended
+// one marked.
+std::string StrategyTable(const model::PerfPlan& plan) {
+  const model::Recommendation& r = plan.recommendation;
+  std::vector<std::vector<std::string>> rows = {{"strategy", "step", "tokens/s",
+                                                 "DCN/host/step", "bubble",
+                                                 "DCN hidden", ""}};
+  for (const model::StrategyEstimate& e : plan.strategies) {
+    std::string name(model::ToString(e.strategy));
+    if (e.strategy == model::DcnStrategy::kPipeline) {
+      name += " depth " + std::to_string(e.pipeline_depth) + " x " +
+              std::to_string(e.data_replicas) + " dp";
+    }
+    const bool chosen =
+        e.strategy == r.strategy && e.pipeline_depth == r.pipeline_depth;
+    rows.push_back(
+        {name, Seconds(e.step_seconds),
+         Rounded(std::round(e.tokens_per_second)), Bytes(e.dcn_bytes_per_host),
+         e.strategy == model::DcnStrategy::kPipeline
+             ? Percent(e.bubble_fraction)
+             : "-",
+         e.dcn_hidden ? "yes" : "no", chosen ? "<- recommended" : ""});
+  }
+  std::vector<size_t> widths(rows[0].size(), 0);
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < row.size(); ++i) {
+      widths[i] = std::max(widths[i], row[i].size());
+    }
+  }
+  std::string text;
+  for (const auto& row : rows) text += Row(row, widths);
+  return text;
 }
 
 std::string StrategyName(const model::StrategyEstimate& e) {
   std::string name(model::ToString(e.strategy));
   if (e.strategy == model::DcnStrategy::kPipeline) {
     name += " (depth " + std::to_string(e.pipeline_depth) + ", " +
-            std::to_string(e.data_replicas) + " data-parallel replicas, " +
+            std::to_string(e.data_replicas) +
+            (e.data_replicas == 1 ? " data-parallel replica, "
+                                  : " data-parallel replicas, ") +
             std::to_string(e.pipeline_microbatches) + " microbatches)";
   }
   return name;
@@ -283,6 +346,9 @@ std::string PrintText(const model::PerfPlan& plan) {
            Count(o.forward_flops_per_token_per_parameter) + " forward + " +
                Count(o.backward_flops_per_token_per_parameter) + " backward");
   text += Line("assumed MFU", Percent(o.mfu));
+  text += Line("emb_dim", o.emb_dim ? Count(*o.emb_dim)
+                                    : "not given: the activations between "
+                                      "pipeline stages are not counted");
   text += "Hardware\n";
   text += Line("peak per chip",
                Rate(plan.peak_flops_per_chip, "FLOP/s") +
@@ -328,10 +394,27 @@ std::string PrintText(const model::PerfPlan& plan) {
   text += Line("DCN during backward", Seconds(e.backward_dcn_seconds) + " (" +
                                           Bytes(e.dcn_bytes_per_host) +
                                           " per host per step)");
+  if (e.strategy == model::DcnStrategy::kPipeline) {
+    if (plan.activations_counted) {
+      text +=
+          Line("activations",
+               Seconds(e.activation_seconds) + " each way, in the DCN above (" +
+                   Bytes(e.activation_bytes_per_host) + " per host per step)");
+      text += Line("fill and drain", Seconds(e.fill_drain_seconds));
+    } else {
+      text += Line("activations", "not counted (give --emb_dim)");
+    }
+    text += Line("bubble", Percent(e.bubble_fraction) + " (" +
+                               std::to_string(e.pipeline_depth - 1) + " / " +
+                               std::to_string(e.pipeline_microbatches +
+                                              e.pipeline_depth - 1) +
+                               ", GPipe and 1F1B)");
+  }
   text += Line("DCN hidden", e.dcn_hidden ? "yes" : "no");
   text +=
       Line("step", Seconds(e.step_seconds) + " with overlap, " +
                        Seconds(e.step_seconds_without_overlap) + " without");
+  text += Line("tokens/s", Rounded(std::round(e.tokens_per_second)));
   text +=
       Line("one slice, same batch", Seconds(plan.single_slice_step_seconds));
   text += Line("scaling efficiency", Percent(e.scaling_efficiency));
@@ -341,6 +424,17 @@ std::string PrintText(const model::PerfPlan& plan) {
                         ? " of " + GiB(plan.memory_bytes_per_chip) +
                               (e.fits_in_memory ? " (fits)" : " (does not fit)")
                         : " (memory not checked)"));
+  if (plan.num_slices > 1) {
+    text += "Strategies across " + std::to_string(plan.num_slices) +
+            " slices, same global batch (" +
+            (plan.activations_counted
+                 ? "activations between stages counted, emb_dim " +
+                       Count(*o.emb_dim)
+                 : std::string("activations between stages not counted: "
+                               "give --emb_dim")) +
+            ")\n";
+    text += StrategyTable(plan);
+  }
   const model::Recommendation& r = plan.recommendation;
   text += "Recommendation: " + std::string(model::ToString(r.strategy));
   if (r.strategy == model::DcnStrategy::kPipeline) {
@@ -348,6 +442,21 @@ std::string PrintText(const model::PerfPlan& plan) {
   }
   text += " (" + Config(r) + ")\n";
   text += "  " + r.reason + "\n";
+  if (r.strategy == model::DcnStrategy::kPipeline) {
+    // train: the microbatches divide per_device_batch_size x tensor x stages.
+    const int multiple =
+        r.num_pipeline_microbatches /
+        std::gcd(r.num_pipeline_microbatches, r.pipeline_depth);
+    text += "  train needs num_pipeline_microbatches=" +
+            std::to_string(r.num_pipeline_microbatches) +
+            " to divide per_device_batch_size x ici_tensor_parallelism x " +
+            std::to_string(r.pipeline_depth) +
+            " (plan does not know per_device_batch_size): make "
+            "per_device_batch_size x ici_tensor_parallelism a multiple of " +
+            std::to_string(multiple) +
+            ", and num_decoder_layers a multiple of " +
+            std::to_string(r.pipeline_depth) + ".\n";
+  }
   text += "  Never tensor parallelism across slices: DCN is too slow for it.\n";
   return text;
 }
@@ -375,9 +484,14 @@ nlohmann::ordered_json EstimateJson(const model::StrategyEstimate& e) {
   out["backward_seconds"] = e.backward_seconds;
   out["forward_dcn_seconds"] = e.forward_dcn_seconds;
   out["backward_dcn_seconds"] = e.backward_dcn_seconds;
+  out["activation_bytes_per_host"] = e.activation_bytes_per_host;
+  out["activation_seconds"] = e.activation_seconds;
+  out["fill_drain_seconds"] = e.fill_drain_seconds;
+  out["bubble_fraction"] = e.bubble_fraction;
   out["dcn_hidden"] = e.dcn_hidden;
   out["step_seconds"] = e.step_seconds;
   out["step_seconds_without_overlap"] = e.step_seconds_without_overlap;
+  out["tokens_per_second"] = e.tokens_per_second;
   out["scaling_efficiency"] = e.scaling_efficiency;
   out["state_bytes_per_chip"] = e.state_bytes_per_chip;
   out["fits_in_memory"] = e.fits_in_memory;
@@ -412,6 +526,8 @@ std::string PrintJson(const model::PerfPlan& plan) {
       o.strategy ? std::string(model::ToString(*o.strategy)) : "auto";
   inputs["pipeline_depth"] = o.pipeline_depth;
   inputs["pipeline_microbatches"] = o.pipeline_microbatches;
+  inputs["emb_dim"] = o.emb_dim ? nlohmann::ordered_json(*o.emb_dim)
+                                : nlohmann::ordered_json(nullptr);
   inputs["memory_bytes_per_chip"] = plan.memory_bytes_per_chip;
   inputs["state_bytes_per_parameter"] = o.state_bytes_per_parameter;
 
@@ -426,7 +542,12 @@ std::string PrintJson(const model::PerfPlan& plan) {
   out["recommended_tokens_per_slice"] =
       plan.data_parallel.recommended_tokens_per_slice;
   out["single_slice_step_seconds"] = plan.single_slice_step_seconds;
+  out["activations_counted"] = plan.activations_counted;
   out["data_parallel"] = EstimateJson(plan.data_parallel);
+  out["strategies"] = nlohmann::ordered_json::array();
+  for (const model::StrategyEstimate& e : plan.strategies) {
+    out["strategies"].push_back(EstimateJson(e));
+  }
   out["estimate"] = EstimateJson(plan.estimate);
   const model::Recommendation& r = plan.recommendation;
   nlohmann::ordered_json rec;
@@ -436,6 +557,11 @@ std::string PrintJson(const model::PerfPlan& plan) {
   rec["dcn_fsdp_parallelism"] = r.dcn_fsdp_parallelism;
   rec["dcn_pipeline_parallelism"] = r.dcn_pipeline_parallelism;
   rec["dcn_tensor_parallelism"] = 1;
+  if (r.strategy == model::DcnStrategy::kPipeline) {
+    rec["num_pipeline_microbatches"] = r.num_pipeline_microbatches;
+    rec["pipeline_parallel_schedule"] = r.pipeline_parallel_schedule;
+  }
+  rec["keys"] = model::TrainKeys(r);
   rec["reason"] = r.reason;
   out["recommendation"] = std::move(rec);
   return out.dump() + "\n";
@@ -467,8 +593,14 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
       "FLOP/s / DCN bit/s per host), the workload's operational intensity "
       "(backward FLOPs per parameter / DCN bits per parameter), the minimum "
       "and recommended batch per slice, the step time with DCN overlapped, "
-      "the scaling efficiency against one slice, and the strategy to use "
-      "across slices. Numbers take K, M, B (or G), T suffixes.");
+      "the scaling efficiency against one slice, a table of data "
+      "parallelism, FSDP and pipelines of every depth that divides the "
+      "slices (step time, tokens/s, DCN bytes per host, bubble (d-1)/(n+d-1)) "
+      "and the strategy to use across slices with the `multislice train` "
+      "keys: data parallelism when the batch hides its DCN all-reduce (the "
+      "seed: start with pure data parallelism), else the fastest pipeline "
+      "when it is predicted faster. Give --emb_dim to count the activations "
+      "between pipeline stages. Numbers take K, M, B (or G), T suffixes.");
   app->footer(
       "Examples:\n"
       "  multislice plan --accelerator_type v4-16 --num_slices 2 "
@@ -477,7 +609,10 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
       "--parameters 16B --global_batch_tokens 5.6M --json\n"
       "  multislice plan --accelerator_type cpu-2 --num_slices 2 "
       "--parameters 100M --tokens_per_slice 4k --peak_flops_per_chip 50e9 "
-      "--dcn_gbps_per_host 10");
+      "--dcn_gbps_per_host 10\n"
+      "  multislice plan --accelerator_type cpu-1 --num_slices 2 "
+      "--parameters 1.2e7 --tokens_per_slice 256 --peak_flops_per_chip 1e11 "
+      "--dcn_gbps_per_host 1 --emb_dim 256");
   AddStringFlag(app, "accelerator_type", &flags->accelerator_type,
                 "Required: v4-N, v5p-N, v5litepod-N, v6e-N, or cpu-N (then "
                 "--peak_flops_per_chip and --dcn_gbps_per_host are "
@@ -525,10 +660,21 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
                 "Strategy to predict: auto (the recommended one), dcn_data, "
                 "dcn_fsdp or pipeline.");
   AddIntFlag(app, "pipeline_depth", &flags->pipeline_depth,
-             "Slices per pipeline; implies --strategy pipeline (0: the "
-             "seed's rule, depth 2, 4, ... until DCN hides).");
+             "Slices per pipeline for the predicted step; implies --strategy "
+             "pipeline (0: the fastest depth, which is the seed's rule: "
+             "depth 2, 4, ... until DCN hides).");
   AddIntFlag(app, "pipeline_microbatches", &flags->pipeline_microbatches,
-             "Microbatches per pipeline step (0: 4 x depth).");
+             "Microbatches per pipeline step, the recommended "
+             "num_pipeline_microbatches (0: 4 x depth). train needs it to "
+             "divide per_device_batch_size x ici_tensor_parallelism x depth, "
+             "which plan cannot check: it does not know "
+             "per_device_batch_size.");
+  AddCountFlag(app, "emb_dim", &flags->emb_dim,
+               "The model width (MaxText's emb_dim, alias --base_emb_dim): "
+               "counts the activations and their gradients (f32) that a "
+               "pipeline sends between stages over DCN; without it they are "
+               "not counted.",
+               "", "base_emb_dim");
   CLI::Option* memory = AddSizeFlag(
       app, "memory_per_chip", &flags->memory_per_chip,
       "Memory per chip for the training state (e.g. 32GiB); default the "

@@ -1,13 +1,18 @@
 // Tests of `multislice plan` end to end: parsed with CLI11 from an argv, run
-// from the command table, output captured (as flags_test.cc does for mesh).
+// from the command table, output captured (as flags_test.cc does for mesh);
+// and the real binary's recommended keys given to `multislice train`.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "cli/cli_test_util.h"
 #include "cli/command.h"
 #include "cli/commands.h"
+#include "common/temp_dir.h"
 
 namespace multislice::cli {
 
@@ -126,7 +131,9 @@ TEST(PlanCommandTest, SmallBatchAcrossManySlicesRecommendsAPipeline) {
   EXPECT_TRUE(Contains(run.out,
                        "Recommendation: pipeline of depth 4 "
                        "(dcn_data_parallelism=2 dcn_fsdp_parallelism=1 "
-                       "dcn_pipeline_parallelism=4 dcn_tensor_parallelism=1)"))
+                       "dcn_pipeline_parallelism=4 dcn_tensor_parallelism=1 "
+                       "num_pipeline_microbatches=16 "
+                       "pipeline_parallel_schedule=1F1B)\n"))
       << run.out;
 }
 
@@ -294,7 +301,7 @@ TEST(PlanCommandTest, ErrorsAreOneLineAndExitTwo) {
       {with({"--dcn_volume", "tree"}),
        "multislice plan: --dcn_volume: 'tree' is not one of seed, ring\n"},
       {with({"--num_slices", "4", "--pipeline_depth", "3"}),
-       "multislice plan: --pipeline_depth must be 0 (the seed's rule) or a "
+       "multislice plan: --pipeline_depth must be 0 (the fastest depth) or a "
        "divisor of --num_slices 4 from 2 to 4, got 3\n"},
       {with({"--num_slices", "2", "--global_batch_tokens", "1M"}),
        "multislice plan: --global_batch_tokens 1000000 does not equal "
@@ -307,6 +314,254 @@ TEST(PlanCommandTest, ErrorsAreOneLineAndExitTwo) {
     EXPECT_EQ(run.err, c.err);
     EXPECT_EQ(run.out, "");
   }
+}
+
+// This machine's DCN case (two cpu-1 slices at 1e11 FLOP/s and 1 Gbit/s)
+// with the quickstart model: the data-parallel minimum is 800 tokens per
+// slice.
+std::vector<std::string> ThisMachine(const std::string& tokens_per_slice) {
+  return {"--accelerator_type",
+          "cpu-1",
+          "--num_slices",
+          "2",
+          "--parameters",
+          "1.2e7",
+          "--tokens_per_slice",
+          tokens_per_slice,
+          "--peak_flops_per_chip",
+          "1e11",
+          "--dcn_gbps_per_host",
+          "1",
+          "--emb_dim",
+          "256"};
+}
+
+std::vector<std::string> With(std::vector<std::string> args,
+                              const std::vector<std::string>& extra) {
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+TEST(PlanCommandTest, TableComparesStrategiesByTokensPerSecond) {
+  CommandRun run = RunPlan(ThisMachine("256"));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string& out = run.out;
+  EXPECT_TRUE(Contains(out, "  emb_dim                     256\n")) << out;
+  EXPECT_TRUE(Contains(out,
+                       "Strategies across 2 slices, same global batch "
+                       "(activations between stages counted, emb_dim 256)\n"
+                       "  strategy                step     tokens/s "
+                       "DCN/host/step bubble DCN hidden\n"
+                       "  dcn_data                445.4 ms 1,149    48 MB  "
+                       "       -      no\n"
+                       "  dcn_fsdp                576 ms   889      72 MB  "
+                       "       -      no\n"
+                       "  pipeline depth 2 x 1 dp 208.4 ms 2,457    524.3 KB "
+                       "     11.1%  yes        <- recommended\n"))
+      << out;
+  EXPECT_TRUE(Contains(out,
+                       "Recommendation: pipeline of depth 2 "
+                       "(dcn_data_parallelism=1 dcn_fsdp_parallelism=1 "
+                       "dcn_pipeline_parallelism=2 dcn_tensor_parallelism=1 "
+                       "num_pipeline_microbatches=8 "
+                       "pipeline_parallel_schedule=1F1B)\n"))
+      << out;
+  EXPECT_TRUE(Contains(out, "  fill and drain              1.049 ms\n")) << out;
+  EXPECT_TRUE(Contains(out, "multiple of 4")) << out;
+
+  // Ten times the minimum: data parallelism, marked in the table.
+  CommandRun above = RunPlan(ThisMachine("8192"));
+  ASSERT_EQ(above.exit_code, 0) << above.err;
+  EXPECT_TRUE(Contains(above.out,
+                       "  dcn_data                5.898 s 2,778    48 MB    "
+                       "     -      yes        <- recommended\n"))
+      << above.out;
+  EXPECT_TRUE(Contains(above.out, "Recommendation: dcn_data (")) << above.out;
+}
+
+TEST(PlanCommandTest, WithoutEmbDimActivationsAreSaidNotCounted) {
+  std::vector<std::string> args = ThisMachine("256");
+  args.resize(args.size() - 2);  // no --emb_dim
+  CommandRun run = RunPlan(args);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(Contains(run.out,
+                       "  emb_dim                     not given: the "
+                       "activations between pipeline stages are not "
+                       "counted\n"))
+      << run.out;
+  EXPECT_TRUE(Contains(run.out,
+                       "(activations between stages not counted: give "
+                       "--emb_dim)\n"))
+      << run.out;
+  EXPECT_TRUE(Contains(run.out,
+                       "  activations                 not counted (give "
+                       "--emb_dim)\n"))
+      << run.out;
+  // --base_emb_dim is MaxText's other name for the width.
+  CommandRun alias = RunPlan(With(args, {"--base_emb_dim", "256", "--json"}));
+  ASSERT_EQ(alias.exit_code, 0) << alias.err;
+  const nlohmann::json out = nlohmann::json::parse(alias.out);
+  EXPECT_EQ(out["inputs"]["emb_dim"], 256);
+  EXPECT_EQ(out["activations_counted"], true);
+  EXPECT_TRUE(nlohmann::json::parse(
+                  RunPlan(With(args, {"--json"})).out)["inputs"]["emb_dim"]
+                  .is_null());
+  CommandRun bad = RunPlan(With(args, {"--emb_dim", "2.5"}));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.err,
+            "multislice plan: --emb_dim must be a positive whole number (the "
+            "model width), got 2.5\n");
+}
+
+TEST(PlanCommandTest, JsonListsEveryStrategyAndTheTrainKeys) {
+  CommandRun run = RunPlan(With(ThisMachine("256"), {"--json"}));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json out = nlohmann::json::parse(run.out);
+  const nlohmann::json& strategies = out["strategies"];
+  ASSERT_EQ(strategies.size(), 3u);
+  EXPECT_EQ(strategies[0]["strategy"], "dcn_data");
+  EXPECT_EQ(strategies[1]["strategy"], "dcn_fsdp");
+  EXPECT_EQ(strategies[2]["strategy"], "pipeline");
+  EXPECT_EQ(strategies[2]["pipeline_depth"], 2);
+  EXPECT_DOUBLE_EQ(strategies[2]["bubble_fraction"].get<double>(), 1.0 / 9);
+  // 512 tokens per step / (forward + backward of 6 x 256 x 1.2e7 FLOPs at
+  // 1e11 FLOP/s, x 9/8, + the fill and drain 2 x 512 x 256 x 32 / 1e9 / 8).
+  const double step = 6 * 256 * 1.2e7 / 1e11 * 9 / 8 + 2 * 512 * 256 * 32 / 8e9;
+  EXPECT_DOUBLE_EQ(strategies[2]["step_seconds"].get<double>(), step);
+  EXPECT_DOUBLE_EQ(strategies[2]["tokens_per_second"].get<double>(),
+                   512 / step);
+  EXPECT_DOUBLE_EQ(strategies[2]["dcn_bytes_per_host"].get<double>(),
+                   512 * 256 * 4);
+  EXPECT_DOUBLE_EQ(strategies[0]["dcn_bytes_per_host"].get<double>(),
+                   32 * 1.2e7 / 8);
+  const nlohmann::json& rec = out["recommendation"];
+  EXPECT_EQ(rec["strategy"], "pipeline");
+  EXPECT_EQ(rec["num_pipeline_microbatches"], 8);
+  EXPECT_EQ(rec["pipeline_parallel_schedule"], "1F1B");
+  EXPECT_EQ(rec["keys"],
+            nlohmann::json::parse(
+                R"(["dcn_data_parallelism=1", "dcn_fsdp_parallelism=1",
+                    "dcn_pipeline_parallelism=2", "dcn_tensor_parallelism=1",
+                    "num_pipeline_microbatches=8",
+                    "pipeline_parallel_schedule=1F1B"])"));
+}
+
+// The real `multislice plan` and `multislice train` binaries: the keys plan
+// recommends (--json's recommendation.keys, which the text's key line
+// repeats) train one step on a tiny model over the same 2 cpu-1 slices, and
+// the run's config.json holds them.
+class PlanIntoTrainTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = new TempDir("multislice-plan-data-");
+    testing_util::Child prep = testing_util::Spawn(
+        {"data", "prepare", "--output", data_->path() + "/ds"}, {},
+        data_->path(), "prepare");
+    ASSERT_EQ(testing_util::WaitExit(prep, 60), 0)
+        << testing_util::ReadFile(prep.err);
+    std::ofstream(data_->path() + "/tiny.yml")
+        << "emb_dim: 64\nnum_heads: 2\nnum_decoder_layers: 2\nmlp_dim: 128\n"
+           "max_target_length: 32\ndtype: f32\neval_interval: 1000\n";
+  }
+  static void TearDownTestSuite() {
+    delete data_;
+    data_ = nullptr;
+  }
+
+  // Runs the binary's plan with --json and the text output; returns the
+  // recommendation (the text key line checked against its keys).
+  nlohmann::json Plan(const std::vector<std::string>& args,
+                      const std::string& name) {
+    std::vector<std::string> full = {"plan"};
+    full.insert(full.end(), args.begin(), args.end());
+    testing_util::Child text =
+        testing_util::Spawn(full, {}, dir_.path(), name + "-text");
+    full.push_back("--json");
+    testing_util::Child json =
+        testing_util::Spawn(full, {}, dir_.path(), name + "-json");
+    EXPECT_EQ(testing_util::WaitExit(text, 30), 0)
+        << testing_util::ReadFile(text.err);
+    EXPECT_EQ(testing_util::WaitExit(json, 30), 0)
+        << testing_util::ReadFile(json.err);
+    const nlohmann::json rec = nlohmann::json::parse(
+        testing_util::ReadFile(json.out))["recommendation"];
+    const std::string out = testing_util::ReadFile(text.out);
+    const size_t line = out.find("Recommendation: ");
+    const size_t open = out.find('(', line), close = out.find(')', open);
+    std::istringstream keys(out.substr(open + 1, close - open - 1));
+    std::vector<std::string> text_keys;
+    for (std::string key; keys >> key;) text_keys.push_back(key);
+    EXPECT_EQ(nlohmann::json(text_keys), rec["keys"]) << out;
+    return rec;
+  }
+
+  struct TrainRun {
+    int exit_code = -1;
+    std::string err;
+    nlohmann::json config;  // the run's config.json; null when absent
+  };
+
+  // `multislice train` for one step with `keys` on 2 cpu-1 slices.
+  TrainRun Train(const nlohmann::json& keys, const std::string& name) {
+    std::vector<std::string> args = {"train",
+                                     data_->path() + "/tiny.yml",
+                                     "base_output_directory=" + dir_.path(),
+                                     "dataset_path=" + data_->path() + "/ds",
+                                     "run_name=" + name,
+                                     "steps=1",
+                                     "per_device_batch_size=4"};
+    for (const auto& key : keys) args.push_back(key.get<std::string>());
+    for (const char* arg :
+         {"--num_slices", "2", "--accelerator_type", "cpu-1", "--json"}) {
+      args.push_back(arg);
+    }
+    testing_util::Child c = testing_util::Spawn(args, {}, dir_.path(), name);
+    TrainRun run;
+    run.exit_code = testing_util::WaitExit(c, 60);
+    run.err = testing_util::ReadFile(c.err);
+    std::ifstream in(dir_.path() + "/" + name + "/config.json");
+    if (in) run.config = nlohmann::json::parse(in, nullptr, false);
+    return run;
+  }
+
+  static TempDir* data_;
+  TempDir dir_{"multislice-plan-test-"};
+};
+
+TempDir* PlanIntoTrainTest::data_ = nullptr;
+
+TEST_F(PlanIntoTrainTest, PipelineKeysTrain) {
+  const nlohmann::json rec = Plan(ThisMachine("256"), "pipe");
+  ASSERT_EQ(rec["strategy"], "pipeline");
+  const TrainRun run = Train(rec["keys"], "pipe");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.config["dcn_pipeline_parallelism"], 2);
+  EXPECT_EQ(run.config["dcn_data_parallelism"], 1);
+  EXPECT_EQ(run.config["num_pipeline_microbatches"], 8);
+  EXPECT_EQ(run.config["pipeline_parallel_schedule"], "1F1B");
+}
+
+TEST_F(PlanIntoTrainTest, DataParallelKeysTrain) {
+  const nlohmann::json rec = Plan(ThisMachine("8192"), "dp");
+  ASSERT_EQ(rec["strategy"], "dcn_data");
+  const TrainRun run = Train(rec["keys"], "dp");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.config["dcn_data_parallelism"], 2);
+  EXPECT_EQ(run.config["dcn_pipeline_parallelism"], 1);
+}
+
+// The check can fail: train refuses microbatches that do not divide the 8
+// rows of a pipeline (per_device_batch_size 4 x tensor 1 x 2 stages).
+TEST_F(PlanIntoTrainTest, TrainRefusesKeysItCannotRun) {
+  nlohmann::json keys = Plan(ThisMachine("256"), "bad")["keys"];
+  for (auto& key : keys) {
+    if (key == "num_pipeline_microbatches=8") {
+      key = "num_pipeline_microbatches=3";
+    }
+  }
+  const TrainRun run = Train(keys, "bad");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_TRUE(Contains(run.err, "num_pipeline_microbatches")) << run.err;
 }
 
 TEST(PlanCommandTest, HelpHasAnExample) {

@@ -1,5 +1,5 @@
 // The multislice performance model: the formulas of perf_model.h, input
-// checks, and the strategy rule.
+// checks, and the strategy rule (10.).
 #include "model/perf_model.h"
 
 #include <algorithm>
@@ -16,6 +16,8 @@ namespace {
 constexpr int kMaxSlices = 256;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
+// Bits of each activation value sent between pipeline stages (train: f32).
+constexpr double kActivationBits = 32;
 
 // A number as a user would type it: "0", "-1", "1.6e+10", "0.5".
 std::string Number(double value) {
@@ -114,7 +116,7 @@ Status CheckOptions(const PerfModelOptions& o) {
     if (o.pipeline_depth < 2 || o.pipeline_depth > o.num_slices ||
         o.num_slices % o.pipeline_depth != 0) {
       return InvalidArgument(
-          "--pipeline_depth must be 0 (the seed's rule) or a divisor of "
+          "--pipeline_depth must be 0 (the fastest depth) or a divisor of "
           "--num_slices " +
           std::to_string(o.num_slices) + " from 2 to " +
           std::to_string(o.num_slices) + ", got " +
@@ -136,6 +138,12 @@ Status CheckOptions(const PerfModelOptions& o) {
         "--pipeline_microbatches must be 0 (4 x depth) or positive, got " +
         std::to_string(o.pipeline_microbatches));
   }
+  if (o.emb_dim && !(Positive(*o.emb_dim) && *o.emb_dim < 1e9 &&
+                     *o.emb_dim == std::floor(*o.emb_dim))) {
+    return InvalidArgument(
+        "--emb_dim must be a positive whole number (the model width), got " +
+        Number(*o.emb_dim));
+  }
   if (o.memory_bytes_per_chip && !Positive(*o.memory_bytes_per_chip)) {
     return NotPositive("memory_per_chip", *o.memory_bytes_per_chip);
   }
@@ -146,7 +154,7 @@ Status CheckOptions(const PerfModelOptions& o) {
   return OkStatus();
 }
 
-// The prediction of 7. and 8. in perf_model.h for one strategy.
+// The prediction of 7. to 9. in perf_model.h for one strategy.
 StrategyEstimate Estimate(const PerfPlan& plan, DcnStrategy strategy, int depth,
                           int microbatches) {
   const PerfModelOptions& o = plan.options;
@@ -195,11 +203,9 @@ StrategyEstimate Estimate(const PerfPlan& plan, DcnStrategy strategy, int depth,
   // by the pipeline bubble.
   const double flops_per_second =
       plan.chips_per_slice * plan.peak_flops_per_chip * o.mfu;
-  const double bubble =
-      strategy == DcnStrategy::kPipeline
-          ? (e.pipeline_microbatches + e.pipeline_depth - 1.0) /
-                e.pipeline_microbatches
-          : 1.0;
+  const int n = e.pipeline_microbatches, d = e.pipeline_depth;
+  const double bubble = (n + d - 1.0) / n;
+  e.bubble_fraction = (d - 1.0) / (n + d - 1.0);
   e.forward_seconds = o.forward_flops_per_token_per_parameter * b * p /
                       flops_per_second * bubble;
   e.backward_seconds = o.backward_flops_per_token_per_parameter * b * p /
@@ -212,13 +218,27 @@ StrategyEstimate Estimate(const PerfPlan& plan, DcnStrategy strategy, int depth,
   e.backward_dcn_seconds = backward_bits * e.parameters_per_slice / dcn_rate;
   e.dcn_bytes_per_host = e.dcn_bits_per_parameter * e.parameters_per_slice /
                          plan.hosts_per_slice / 8;
+  if (d > 1 && o.emb_dim) {
+    // 9.: one direction's activations of a step, each host its 1/H of the
+    // rows: forward in the forward pass, gradients in the backward pass.
+    const double bits = kActivationBits * tokens_per_pipeline * *o.emb_dim;
+    e.activation_seconds = bits / dcn_rate;
+    e.activation_bytes_per_host =
+        std::min(d - 1, 2) * bits / plan.hosts_per_slice / 8;
+    e.fill_drain_seconds = (d - 1) * 2 * e.activation_seconds / n;
+    e.forward_dcn_seconds += e.activation_seconds;
+    e.backward_dcn_seconds += e.activation_seconds;
+    e.dcn_bytes_per_host += e.activation_bytes_per_host;
+  }
   e.dcn_hidden = e.forward_dcn_seconds <= e.forward_seconds &&
                  e.backward_dcn_seconds <= e.backward_seconds;
   e.step_seconds = std::max(e.forward_seconds, e.forward_dcn_seconds) +
-                   std::max(e.backward_seconds, e.backward_dcn_seconds);
+                   std::max(e.backward_seconds, e.backward_dcn_seconds) +
+                   e.fill_drain_seconds;
   e.step_seconds_without_overlap = e.forward_seconds + e.backward_seconds +
                                    e.forward_dcn_seconds +
                                    e.backward_dcn_seconds;
+  e.tokens_per_second = plan.global_batch_tokens / e.step_seconds;
   e.scaling_efficiency = plan.single_slice_step_seconds / e.step_seconds;
 
   const double parameters_stored =
@@ -230,23 +250,99 @@ StrategyEstimate Estimate(const PerfPlan& plan, DcnStrategy strategy, int depth,
   return e;
 }
 
-// The seed's pipeline rule: depth 2, 4, ... (every divisor of the slices in
-// turn) until the batch per pipeline hides the DCN all-reduce of the
-// remaining data-parallel replicas with the margin, and the state fits.
-// Falls back to one pipeline over all slices.
-int SeedPipelineDepth(const PerfPlan& plan, int microbatches) {
-  const int m = plan.num_slices;
-  for (int depth = 2; depth <= m; ++depth) {
-    if (m % depth != 0) continue;
-    const StrategyEstimate e =
-        Estimate(plan, DcnStrategy::kPipeline, depth, microbatches);
-    if (plan.tokens_per_slice >= e.recommended_tokens_per_slice &&
-        e.fits_in_memory) {
-      return depth;
+// Seconds for a reason sentence, 3 significant digits: "1440 s", "5.9 s",
+// "445 ms", "1.05 ms", "12.3 us".
+std::string SecondsText(double seconds) {
+  char text[32];
+  if (seconds >= 100) {
+    std::snprintf(text, sizeof(text), "%.0f s", seconds);
+  } else if (seconds >= 1) {
+    std::snprintf(text, sizeof(text), "%.3g s", seconds);
+  } else if (seconds >= 1e-3) {
+    std::snprintf(text, sizeof(text), "%.3g ms", seconds * 1e3);
+  } else {
+    std::snprintf(text, sizeof(text), "%.3g us", seconds * 1e6);
+  }
+  return text;
+}
+
+std::string PercentText(double fraction) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f%%", 100 * fraction);
+  return text;
+}
+
+// "0.445 s per step (1,149 tokens/s)".
+std::string StepText(const StrategyEstimate& e) {
+  return SecondsText(e.step_seconds) + " per step (" +
+         Tokens(std::round(e.tokens_per_second)) + " tokens/s)";
+}
+
+// The pipeline predicted fastest (the shallowest of equals) among those
+// whose state fits, or among all when none fits; nullptr with one slice.
+const StrategyEstimate* FastestPipeline(const PerfPlan& plan) {
+  const StrategyEstimate* best = nullptr;
+  bool best_fits = false;
+  for (const StrategyEstimate& e : plan.strategies) {
+    if (e.strategy != DcnStrategy::kPipeline) continue;
+    if (best == nullptr || (e.fits_in_memory && !best_fits) ||
+        (e.fits_in_memory == best_fits &&
+         e.step_seconds < best->step_seconds)) {
+      best = &e;
+      best_fits = e.fits_in_memory;
     }
   }
-  return m;
+  return best;
 }
+
+// "a pipeline of depth 2 (1 data-parallel replica, 8 microbatches, bubble
+// 11.1%)".
+std::string PipelineText(const StrategyEstimate& e) {
+  return "a pipeline of depth " + std::to_string(e.pipeline_depth) + " (" +
+         std::to_string(e.data_replicas) +
+         (e.data_replicas == 1 ? " data-parallel replica, "
+                               : " data-parallel replicas, ") +
+         std::to_string(e.pipeline_microbatches) + " microbatches, bubble " +
+         PercentText(e.bubble_fraction) + ")";
+}
+
+// What crosses DCN in a pipeline, for the reason.
+std::string PipelineDcnText(const PerfPlan& plan, const StrategyEstimate& e) {
+  std::string text;
+  if (e.data_replicas > 1) {
+    text = "the gradient all-reduce of its " + std::to_string(e.data_replicas) +
+           " replicas needs " +
+           Tokens(e.recommended_tokens_per_slice * e.pipeline_depth) +
+           " tokens per pipeline with the margin, it has " +
+           Tokens(plan.tokens_per_slice * e.pipeline_depth);
+  } else {
+    text = "no gradient all-reduce crosses DCN";
+  }
+  if (plan.activations_counted) {
+    text += "; the activations and their gradients take " +
+            SecondsText(e.activation_seconds) + " each way per step (" +
+            (e.dcn_hidden ? "hidden" : "not all hidden") + ") and " +
+            SecondsText(e.fill_drain_seconds) + " in the fill and drain";
+  } else {
+    text +=
+        "; the activations between stages are not counted (give "
+        "--emb_dim)";
+  }
+  return text;
+}
+
+void SetPipeline(const StrategyEstimate& pipe, Recommendation& r) {
+  r.strategy = DcnStrategy::kPipeline;
+  r.pipeline_depth = pipe.pipeline_depth;
+  r.dcn_pipeline_parallelism = pipe.pipeline_depth;
+  r.dcn_data_parallelism = pipe.data_replicas;
+  r.num_pipeline_microbatches = pipe.pipeline_microbatches;
+  r.pipeline_parallel_schedule = "1F1B";
+}
+
+constexpr char kSeedsCaution[] =
+    " The seed: first check whether a larger batch hurts convergence, since "
+    "FSDP tends to reach a higher MFU.";
 
 Recommendation Recommend(const PerfPlan& plan) {
   const PerfModelOptions& o = plan.options;
@@ -260,86 +356,97 @@ Recommendation Recommend(const PerfPlan& plan) {
     return r;
   }
   const StrategyEstimate& dp = plan.data_parallel;
-  const StrategyEstimate fsdp = Estimate(plan, DcnStrategy::kFsdp, 1, 0);
-  const std::string needed =
-      "recommended " + Tokens(dp.recommended_tokens_per_slice) +
-      " tokens per slice (the minimum " + Tokens(dp.minimum_tokens_per_slice) +
-      " at which the backward pass hides the DCN all-reduce, times the "
-      "seed's margin of " +
-      Number(o.margin) + ")";
+  const StrategyEstimate& fsdp = plan.strategies[1];
+  const StrategyEstimate& pipe = *FastestPipeline(plan);
   const std::string given = "The batch of " + Tokens(b) + " tokens per slice";
-  if (b >= dp.recommended_tokens_per_slice && dp.fits_in_memory) {
+  const std::string minimum =
+      "the minimum " + Tokens(dp.minimum_tokens_per_slice) +
+      " at which the backward pass hides data parallelism's DCN all-reduce";
+  const std::string margin = "the recommended " +
+                             Tokens(dp.recommended_tokens_per_slice) +
+                             " (the seed's margin of " + Number(o.margin) +
+                             ", because DCN can briefly drop packets)";
+  const std::string versus = "the fastest pipeline, depth " +
+                             std::to_string(pipe.pipeline_depth) + ", " +
+                             StepText(pipe) + " with a bubble of " +
+                             PercentText(pipe.bubble_fraction);
+  if (dp.fits_in_memory && b >= dp.minimum_tokens_per_slice) {
     r.strategy = DcnStrategy::kData;
     r.dcn_data_parallelism = m;
-    r.reason = given + " reaches the " + needed +
-               ": start with pure data parallelism across slices, as the "
-               "seed recommends.";
+    if (b >= dp.recommended_tokens_per_slice) {
+      r.reason = given + " reaches " + margin + ": start with pure data " +
+                 "parallelism across slices, as the seed recommends. It is " +
+                 "predicted at " + StepText(dp) + "; " + versus + ".";
+    } else {
+      r.reason = given + " reaches " + minimum + " but not " + margin +
+                 ": data parallelism is still predicted fastest at " +
+                 StepText(dp) + "; " + versus +
+                 ". Grow the batch to the recommended size if convergence "
+                 "allows.";
+    }
     return r;
   }
   const std::string memory_note =
       "a full replica of the training state needs " +
       GigaBytes(dp.state_bytes_per_chip) + " per chip, more than the " +
       GigaBytes(plan.memory_bytes_per_chip) + " per chip";
-  if (!dp.fits_in_memory && b >= fsdp.recommended_tokens_per_slice) {
-    r.strategy = DcnStrategy::kFsdp;
-    r.dcn_fsdp_parallelism = m;
-    r.reason = given + " reaches the " + needed + ", but " + memory_note +
-               ": FSDP across slices divides it by " + std::to_string(m) +
-               " (" + GigaBytes(fsdp.state_bytes_per_chip) +
-               " per chip) for 1.5x the DCN traffic of data parallelism.";
-    if (!fsdp.fits_in_memory) {
-      r.reason += " That still does not fit: use larger slices.";
+  if (!dp.fits_in_memory) {
+    if (b >= fsdp.recommended_tokens_per_slice) {
+      r.strategy = DcnStrategy::kFsdp;
+      r.dcn_fsdp_parallelism = m;
+      r.reason = given + " reaches " + margin + ", but " + memory_note +
+                 ": FSDP across slices divides it by " + std::to_string(m) +
+                 " (" + GigaBytes(fsdp.state_bytes_per_chip) +
+                 " per chip) for 1.5x the DCN traffic of data parallelism, " +
+                 StepText(fsdp) + ".";
+      if (!fsdp.fits_in_memory) {
+        r.reason += " That still does not fit: use larger slices.";
+      }
+      return r;
     }
+    SetPipeline(pipe, r);
+    r.reason =
+        given + " is below the " + Tokens(fsdp.recommended_tokens_per_slice) +
+        " that FSDP across slices needs to hide its DCN traffic, "
+        "and " +
+        memory_note + ": " + PipelineText(pipe) + " holds 1/" +
+        std::to_string(pipe.pipeline_depth) + " of the model per slice (" +
+        GigaBytes(pipe.state_bytes_per_chip) + " per chip), " + StepText(pipe) +
+        "; " + PipelineDcnText(plan, pipe) + ".";
+    if (!pipe.fits_in_memory) {
+      r.reason += " The state still does not fit: use larger slices.";
+    }
+    r.reason += kSeedsCaution;
     return r;
   }
-  // The seed's rule, whatever depth was asked for.
-  const int depth = SeedPipelineDepth(plan, o.pipeline_microbatches);
-  const StrategyEstimate pipe =
-      Estimate(plan, DcnStrategy::kPipeline, depth, o.pipeline_microbatches);
-  const int replicas = m / depth;
-  r.strategy = DcnStrategy::kPipeline;
-  r.pipeline_depth = depth;
-  r.dcn_pipeline_parallelism = depth;
-  r.dcn_data_parallelism = replicas;
-  if (b < dp.recommended_tokens_per_slice) {
-    r.reason = given + " is below the " + needed +
-               " that data parallelism and FSDP across slices need (" +
-               Tokens(dp.recommended_tokens_per_slice * m) + " global)";
-    if (b >= dp.minimum_tokens_per_slice) {
-      r.reason +=
-          "; DCN would just hide, but the seed keeps a margin because DCN "
-          "can briefly drop packets";
-    }
-    r.reason += ". ";
-  } else {
-    r.reason = given + " reaches the " + needed + ", but " + memory_note +
-               ", and FSDP across slices would not hide its DCN traffic. ";
+  // Below the minimum: data parallelism's all-reduce is exposed.
+  const std::string below =
+      given + " is below " + minimum + " (" +
+      Tokens(dp.recommended_tokens_per_slice) +
+      " with the seed's margin): data parallelism is predicted at " +
+      StepText(dp) + ", its all-reduce " +
+      SecondsText(dp.backward_dcn_seconds) + " against a backward pass of " +
+      SecondsText(dp.backward_seconds) + ". ";
+  if (pipe.step_seconds < dp.step_seconds) {
+    SetPipeline(pipe, r);
+    char speedup[32];
+    std::snprintf(speedup, sizeof(speedup), "%.3gx",
+                  dp.tokens_per_second > 0
+                      ? pipe.tokens_per_second / dp.tokens_per_second
+                      : 0.0);
+    r.reason =
+        below + "The fastest of the pipelines, " + PipelineText(pipe) +
+        ", is predicted at " + StepText(pipe) + ", " + speedup +
+        " the tokens/s of data parallelism: " + PipelineDcnText(plan, pipe) +
+        "." + kSeedsCaution;
+    return r;
   }
-  if (replicas == 1) {
-    r.reason += "One pipeline of depth " + std::to_string(depth) +
-                " over all slices puts " + Tokens(b * depth) +
-                " tokens through it, with no gradient all-reduce over DCN";
-  } else {
-    r.reason += "Pipelines of depth " + std::to_string(depth) + " with " +
-                std::to_string(replicas) + " data-parallel replicas put " +
-                Tokens(b * depth) +
-                " tokens through each pipeline, enough to hide the "
-                "all-reduce of " +
-                std::to_string(replicas) + " replicas (" +
-                Tokens(pipe.recommended_tokens_per_slice * depth) +
-                " recommended)";
-  }
-  r.reason +=
-      "; with " + std::to_string(pipe.pipeline_microbatches) +
-      " microbatches the pipeline bubble adds " +
-      Number(std::round(100.0 * (depth - 1) / pipe.pipeline_microbatches)) +
-      "% to compute. The seed: first check whether a larger batch "
-      "hurts convergence, since FSDP tends to reach a higher MFU.";
-  if (!pipe.fits_in_memory) {
-    r.reason += " The state still does not fit (" +
-                GigaBytes(pipe.state_bytes_per_chip) +
-                " per chip): use larger slices.";
-  }
+  r.strategy = DcnStrategy::kData;
+  r.dcn_data_parallelism = m;
+  r.reason = below + "No pipeline is predicted faster: " + versus + "; " +
+             PipelineDcnText(plan, pipe) +
+             ". Keep data parallelism, and grow the batch towards the "
+             "recommended size if convergence allows.";
   return r;
 }
 
@@ -416,6 +523,21 @@ double MemoryBytesPerChip(std::string_view family) {
   return 0;
 }
 
+std::vector<std::string> TrainKeys(const Recommendation& r) {
+  std::vector<std::string> keys = {
+      "dcn_data_parallelism=" + std::to_string(r.dcn_data_parallelism),
+      "dcn_fsdp_parallelism=" + std::to_string(r.dcn_fsdp_parallelism),
+      "dcn_pipeline_parallelism=" + std::to_string(r.dcn_pipeline_parallelism),
+      "dcn_tensor_parallelism=1"};
+  if (r.strategy == DcnStrategy::kPipeline) {
+    keys.push_back("num_pipeline_microbatches=" +
+                   std::to_string(r.num_pipeline_microbatches));
+    keys.push_back("pipeline_parallel_schedule=" +
+                   r.pipeline_parallel_schedule);
+  }
+  return keys;
+}
+
 Result<PerfPlan> PlanPerformance(const PerfModelOptions& options) {
   if (options.accelerator_type.empty()) {
     return InvalidArgument(
@@ -471,16 +593,25 @@ Result<PerfPlan> PlanPerformance(const PerfModelOptions& options) {
        options.backward_flops_per_token_per_parameter) *
       plan.tokens_per_slice * plan.parameters /
       (plan.chips_per_slice * plan.peak_flops_per_chip * options.mfu);
+  plan.activations_counted = options.emb_dim.has_value();
   plan.data_parallel = Estimate(plan, DcnStrategy::kData, 1, 0);
+  plan.strategies.push_back(plan.data_parallel);
+  if (plan.num_slices > 1) {
+    plan.strategies.push_back(Estimate(plan, DcnStrategy::kFsdp, 1, 0));
+    for (int depth = 2; depth <= plan.num_slices; ++depth) {
+      if (plan.num_slices % depth != 0) continue;
+      plan.strategies.push_back(Estimate(plan, DcnStrategy::kPipeline, depth,
+                                         options.pipeline_microbatches));
+    }
+  }
   plan.recommendation = Recommend(plan);
 
   const DcnStrategy strategy =
       options.strategy ? *options.strategy : plan.recommendation.strategy;
   int depth = 1;
   if (strategy == DcnStrategy::kPipeline) {
-    depth = options.pipeline_depth > 0
-                ? options.pipeline_depth
-                : SeedPipelineDepth(plan, options.pipeline_microbatches);
+    depth = options.pipeline_depth > 0 ? options.pipeline_depth
+                                       : FastestPipeline(plan)->pipeline_depth;
   }
   plan.estimate =
       Estimate(plan, strategy, depth, options.pipeline_microbatches);

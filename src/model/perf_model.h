@@ -74,6 +74,7 @@
 //      forward = 2 B P / (c F u), backward = 4 B P / (c F u)
 //      step    = max(forward, DCN during forward)
 //              + max(backward, DCN during backward)   (transfers overlap)
+//              (+ a pipeline's fill and drain, 9.)
 //      step without overlap = forward + backward + all DCN
 //      one slice with the same per-slice batch: forward + backward
 //      scaling efficiency = one-slice step / step
@@ -108,18 +109,54 @@
 //      depois pipelines de profundidade 4 e réplicas N/4 ... até que o lote
 //      por pipeline fique grande o suficiente para que as operações de
 //      comunicação coletiva da DCN possam ser ocultadas pela aritmética na
-//      passagem reversa." Depth: the smallest divisor d >= 2 of m whose
-//      batch per pipeline reaches the recommended batch (with margin) for
-//      m / d replicas and whose state fits in memory. The activations sent
-//      between stages are not modelled (they need the hidden size).
+//      passagem reversa." Every divisor d >= 2 of m is a candidate depth.
 //    The training state per chip (weights, gradients, optimizer moments:
 //    16 bytes per parameter by default) is compared with the chip's memory
 //    (HBM of the TPU type; unknown, so not checked, for cpu-N unless given).
+//
+// 9. Activations between pipeline stages (only with the model width E,
+//    MaxText's emb_dim; without it they are not counted). `multislice
+//    train` sends each microbatch's activation [rows, T, E] forward to the
+//    next stage and its gradient back, both f32 (a = 32 bits), so each of
+//    the d - 1 stage boundaries carries 2 x d B x E x a bits per step (d B
+//    tokens per pipeline), half in each direction. A stage sends the
+//    activations during the forward pass and the gradients during the
+//    backward pass; its hosts split the rows, so each moves 1 / H of them:
+//      activation seconds (per pass) = d B E a / (H N)
+//    They add to that pass's DCN time (the backward pass's with the
+//    gradient all-reduce of the replicas); in the steady state they overlap
+//    other microbatches' compute (the max() of 7.), and what does not fit
+//    under the compute is exposed. The fill and drain cannot overlap: the
+//    first microbatch's activation crosses d - 1 boundaries before the last
+//    stage starts, and its gradient d - 1 on the way back, so
+//      step += (d - 1) x 2 x (d B / n) E a / (H N).
+//    dcn_bytes_per_host counts what a host sends: an inner stage sends both
+//    directions, a first or last stage one, so the busiest host of a
+//    pipeline sends min(d - 1, 2) x d B E a / (8 H) bytes of activations on
+//    top of its share of the all-reduce.
+//
+// 10. The recommendation compares the strategies by predicted step time
+//    (tokens/s = m B / step, the same global batch for all): dcn_data,
+//    dcn_fsdp and a pipeline of every candidate depth (bubble fraction
+//    (d - 1) / (n + d - 1), GPipe and 1F1B alike). "Recomendamos começar com
+//    o paralelismo de dados puro": data parallelism when its state fits and
+//    B reaches the minimum of 5. (its all-reduce hides, so every pipeline is
+//    slower by its bubble); with B between the minimum and the recommended
+//    batch the reason adds the seed's margin. Below the minimum, the
+//    pipeline of the fastest depth when it is predicted faster than data
+//    parallelism (close to the seed's "depth 2, then 4, ... until DCN hides":
+//    deeper pipelines pay a larger bubble), else data parallelism still.
+//    When a replica's state does not fit: dcn_fsdp if B reaches its
+//    recommended batch, else the fastest pipeline whose state fits.
+//    The keys are those `multislice train` accepts: the dcn_* degrees and,
+//    for a pipeline, num_pipeline_microbatches and pipeline_parallel_schedule
+//    (1F1B: the bubble of GPipe with fewer microbatches in flight).
 #pragma once
 
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "runtime/mesh/topology.h"
@@ -199,8 +236,11 @@ struct PerfModelOptions {
   double margin = 2.0;  // >= 1
   // The strategy to predict; nullopt: the recommended one.
   std::optional<DcnStrategy> strategy;
-  int pipeline_depth = 0;         // 0: the seed's rule; else divides slices
+  int pipeline_depth = 0;         // 0: the fastest depth; else divides slices
   int pipeline_microbatches = 0;  // 0: 4 x depth
+  // The model width E (MaxText's emb_dim), a whole number > 0: the
+  // activations between pipeline stages (9.); nullopt: not counted.
+  std::optional<double> emb_dim;
   // Memory per chip for the training state; default the TPU type's HBM
   // (not checked for cpu-N). Must be positive when given.
   std::optional<double> memory_bytes_per_chip;
@@ -222,14 +262,24 @@ struct StrategyEstimate {
   double operational_intensity = 0;
   double minimum_tokens_per_slice = 0;      // 5., per slice
   double recommended_tokens_per_slice = 0;  // 6., per slice
-  double dcn_bytes_per_host = 0;            // per step
-  double forward_seconds = 0;               // compute, with the pipeline bubble
-  double backward_seconds = 0;              // compute, with the pipeline bubble
+  double dcn_bytes_per_host = 0;  // sent per step, activations included
+  double forward_seconds = 0;     // compute, with the pipeline bubble
+  double backward_seconds = 0;    // compute, with the pipeline bubble
+  // DCN time in each pass: the collectives and, for a pipeline with
+  // emb_dim, the activations (forward) and their gradients (backward).
   double forward_dcn_seconds = 0;
   double backward_dcn_seconds = 0;
-  bool dcn_hidden = true;   // each DCN part fits under its compute
-  double step_seconds = 0;  // with overlap
+  // A pipeline with emb_dim (9.): the activation bytes a host of the
+  // busiest stage sends per step, the seconds of one direction's transfers
+  // per step (in each pass's DCN time above), and the fill and drain.
+  double activation_bytes_per_host = 0;
+  double activation_seconds = 0;
+  double fill_drain_seconds = 0;
+  double bubble_fraction = 0;  // (d - 1) / (n + d - 1); 0 without a pipeline
+  bool dcn_hidden = true;      // each pass's DCN time fits under its compute
+  double step_seconds = 0;     // with overlap, fill and drain included
   double step_seconds_without_overlap = 0;
+  double tokens_per_second = 0;   // global batch / step_seconds
   double scaling_efficiency = 0;  // one-slice step / step
   double state_bytes_per_chip = 0;
   bool fits_in_memory = true;  // true when the memory is unknown
@@ -242,8 +292,17 @@ struct Recommendation {
   int dcn_data_parallelism = 1;
   int dcn_fsdp_parallelism = 1;
   int dcn_pipeline_parallelism = 1;
-  std::string reason;  // one or two sentences for the user
+  // With a pipeline: its microbatches per step and "1F1B"; else 0 and "".
+  int num_pipeline_microbatches = 0;
+  std::string pipeline_parallel_schedule;
+  std::string reason;  // a few sentences for the user, with the figures
 };
+
+// The recommendation as `multislice train` keys: "dcn_data_parallelism=2",
+// "dcn_fsdp_parallelism=1", "dcn_pipeline_parallelism=1",
+// "dcn_tensor_parallelism=1", and for a pipeline also
+// "num_pipeline_microbatches=8" and "pipeline_parallel_schedule=1F1B".
+std::vector<std::string> TrainKeys(const Recommendation& recommendation);
 
 struct PerfPlan {
   PerfModelOptions options;  // as given
@@ -265,6 +324,11 @@ struct PerfPlan {
   // Data parallelism across all slices: the seed's numbers (bits per
   // parameter, operational intensity, minimum and recommended batch).
   StrategyEstimate data_parallel;
+  // Every strategy compared (10.): dcn_data, then (with 2 or more slices)
+  // dcn_fsdp and a pipeline of each depth that divides the slices, deepest
+  // last.
+  std::vector<StrategyEstimate> strategies;
+  bool activations_counted = false;  // emb_dim given
   // The strategy asked for (or, without one, the recommended one).
   StrategyEstimate estimate;
   Recommendation recommendation;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -294,19 +295,25 @@ TEST(PerfModelRecommendTest, OneSliceNeedsNothingAcrossDcn) {
 }
 
 TEST(PerfModelRecommendTest, PipelineWhenTheBatchIsTooSmall) {
-  // 8 slices need 700k per slice; 350k per slice: depth 2 gives 700k per
-  // pipeline, enough for the all-reduce of 4 replicas (700k).
-  const PerfPlan depth2 = MustPlan(V4(8, 350000));
+  // 8 slices: data parallelism needs 352k per slice (700k with the margin).
+  // At 200k its all-reduce (64 bits x 16e9 / 2 hosts / 50e9 = 10.24 s) is
+  // exposed under a 5.82 s backward pass; depth 2 (4 replicas: 5.12 s under
+  // 6.55 s) is the fastest pipeline, bubble 1/9 against 3/19 and 7/39.
+  const PerfPlan depth2 = MustPlan(V4(8, 200000));
   EXPECT_EQ(depth2.recommendation.strategy, DcnStrategy::kPipeline);
   EXPECT_EQ(depth2.recommendation.pipeline_depth, 2);
   EXPECT_EQ(depth2.recommendation.dcn_pipeline_parallelism, 2);
   EXPECT_EQ(depth2.recommendation.dcn_data_parallelism, 4);
+  EXPECT_EQ(depth2.recommendation.num_pipeline_microbatches, 8);
+  EXPECT_EQ(depth2.recommendation.pipeline_parallel_schedule, "1F1B");
   EXPECT_EQ(depth2.estimate.strategy, DcnStrategy::kPipeline);
   EXPECT_TRUE(depth2.estimate.dcn_hidden);
-  // 100k per slice: depth 4 (2 replicas, 400k >= 350k).
+  // 100k per slice: depth 2 no longer hides (4 x 200k / 64 < 22,000);
+  // depth 4 (2 replicas, 400k per pipeline) does.
   const PerfPlan depth4 = MustPlan(V4(8, 100000));
   EXPECT_EQ(depth4.recommendation.pipeline_depth, 4);
   EXPECT_EQ(depth4.recommendation.dcn_data_parallelism, 2);
+  EXPECT_EQ(depth4.recommendation.num_pipeline_microbatches, 16);
   // 10k per slice: one pipeline over all 8 slices.
   const PerfPlan depth8 = MustPlan(V4(8, 10000));
   EXPECT_EQ(depth8.recommendation.pipeline_depth, 8);
@@ -315,10 +322,23 @@ TEST(PerfModelRecommendTest, PipelineWhenTheBatchIsTooSmall) {
   const PerfPlan three = MustPlan(V4(3, 100000));
   EXPECT_EQ(three.recommendation.pipeline_depth, 3);
   EXPECT_EQ(three.recommendation.dcn_data_parallelism, 1);
-  // Between the minimum and the margin the seed still says no to DP.
+  // Just below the minimum (350k < 352k) data parallelism loses 0.4 % to
+  // DCN, a pipeline at least its bubble: data parallelism, said so.
+  const PerfPlan just_below = MustPlan(V4(8, 350000));
+  EXPECT_EQ(just_below.recommendation.strategy, DcnStrategy::kData);
+  EXPECT_FALSE(just_below.data_parallel.dcn_hidden);
+  EXPECT_NE(
+      just_below.recommendation.reason.find("No pipeline is predicted faster"),
+      std::string::npos)
+      << just_below.recommendation.reason;
+  // Between the minimum and the margin DCN hides, so data parallelism is
+  // predicted fastest; the reason names the seed's margin.
   const PerfPlan no_margin = MustPlan(V4(2, 200000));
-  EXPECT_EQ(no_margin.recommendation.strategy, DcnStrategy::kPipeline);
+  EXPECT_EQ(no_margin.recommendation.strategy, DcnStrategy::kData);
+  EXPECT_TRUE(no_margin.data_parallel.dcn_hidden);
   EXPECT_NE(no_margin.recommendation.reason.find("margin"), std::string::npos);
+  EXPECT_NE(no_margin.recommendation.reason.find("350,000"), std::string::npos)
+      << no_margin.recommendation.reason;
 }
 
 TEST(PerfModelRecommendTest, FsdpOnlyWhenAReplicaDoesNotFitAndDcnKeepsUp) {
@@ -352,16 +372,18 @@ TEST(PerfModelRecommendTest, FsdpOnlyWhenAReplicaDoesNotFitAndDcnKeepsUp) {
 }
 
 TEST(PerfModelRecommendTest, ChosenStrategyIsPredictedEvenIfNotRecommended) {
-  PerfModelOptions o = V4(8, 350000);
+  PerfModelOptions o = V4(8, 100000);
   o.strategy = DcnStrategy::kData;
   const PerfPlan plan = MustPlan(o);
   EXPECT_EQ(plan.recommendation.strategy, DcnStrategy::kPipeline);
   EXPECT_EQ(plan.estimate.strategy, DcnStrategy::kData);
-  // 350,000 is just below the minimum 352,000 for 8 slices.
+  // 100,000 is far below the minimum 352,000 for 8 slices: the all-reduce
+  // (64 bits x 16e9 / 2 hosts / 50e9) is the backward pass's time.
   EXPECT_FALSE(plan.estimate.dcn_hidden);
+  EXPECT_DOUBLE_EQ(plan.estimate.step_seconds,
+                   2 * 100000 * 16e9 / (8 * 275e12) + 64 * 16e9 / 2 / 50e9);
   EXPECT_LT(plan.estimate.scaling_efficiency, 1.0);
-  EXPECT_GT(plan.estimate.scaling_efficiency, 0.99);
-  // A forced depth is predicted; the recommendation keeps the seed's rule.
+  // A forced depth is predicted; the recommendation keeps the fastest.
   PerfModelOptions forced = V4(8, 100000);
   forced.strategy = DcnStrategy::kPipeline;
   forced.pipeline_depth = 2;
@@ -369,9 +391,183 @@ TEST(PerfModelRecommendTest, ChosenStrategyIsPredictedEvenIfNotRecommended) {
   EXPECT_EQ(forced_plan.estimate.pipeline_depth, 2);
   EXPECT_FALSE(forced_plan.estimate.dcn_hidden);
   EXPECT_EQ(forced_plan.recommendation.pipeline_depth, 4);
-  // Without a depth, the seed's rule picks it.
+  // Without a depth, the fastest is predicted.
   forced.pipeline_depth = 0;
   EXPECT_EQ(MustPlan(forced).estimate.pipeline_depth, 4);
+}
+
+// The figures of this machine's DCN case (two cpu-1 slices, 1e11 FLOP/s per
+// device, 1 Gbit/s per host) with the quickstart model (1.2e7 parameters,
+// emb_dim 256). The expected times are the formulas of perf_model.h written
+// out: AI = 1 x 1e11 / 1e9 = 100 FLOP/bit, so the DP minimum is 100 x 32 / 4
+// = 800 tokens per slice.
+PerfModelOptions ThisMachine(double tokens_per_slice) {
+  PerfModelOptions o;
+  o.accelerator_type = "cpu-1";
+  o.num_slices = 2;
+  o.parameters = 1.2e7;
+  o.tokens_per_slice = tokens_per_slice;
+  o.peak_flops_per_chip = 1e11;
+  o.dcn_gbps_per_host = 1;
+  o.emb_dim = 256;
+  return o;
+}
+
+// Data parallelism over 2 slices: forward + max(backward, all-reduce of
+// 32 bits x P over 1 host's 1 Gbit/s).
+double DataParallelStep(double tokens) {
+  const double forward = 2 * tokens * 1.2e7 / 1e11;
+  const double backward = 4 * tokens * 1.2e7 / 1e11;
+  return forward + std::max(backward, 32 * 1.2e7 / 1e9);
+}
+
+// One pipeline of depth 2 over both slices, 8 microbatches: compute x 9/8;
+// 2B tokens x 256 x 32 bits each way, under each pass; fill and drain 1 x
+// (activation + gradient) of one microbatch.
+double PipelineStep(double tokens) {
+  const double forward = 2 * tokens * 1.2e7 / 1e11 * 9 / 8;
+  const double backward = 4 * tokens * 1.2e7 / 1e11 * 9 / 8;
+  const double each_way = 2 * tokens * 256 * 32 / 1e9;
+  return std::max(forward, each_way) + std::max(backward, each_way) +
+         2 * each_way / 8;
+}
+
+TEST(PerfModelPipelineTest, BelowTheMinimumDepthTwoBeatsDataParallelism) {
+  const double tokens = 256;  // a third of the 800-token minimum
+  const PerfPlan plan = MustPlan(ThisMachine(tokens));
+  EXPECT_EQ(plan.data_parallel.minimum_tokens_per_slice, 800);
+  EXPECT_FALSE(plan.data_parallel.dcn_hidden);
+  EXPECT_DOUBLE_EQ(plan.data_parallel.step_seconds, DataParallelStep(tokens));
+  ASSERT_EQ(plan.recommendation.strategy, DcnStrategy::kPipeline)
+      << plan.recommendation.reason;
+  EXPECT_EQ(plan.recommendation.pipeline_depth, 2);
+  EXPECT_EQ(plan.recommendation.dcn_data_parallelism, 1);
+  const StrategyEstimate& pipe = plan.estimate;
+  EXPECT_EQ(pipe.pipeline_depth, 2);
+  EXPECT_EQ(pipe.pipeline_microbatches, 8);
+  EXPECT_DOUBLE_EQ(pipe.step_seconds, PipelineStep(tokens));
+  EXPECT_LT(pipe.step_seconds, 0.5 * plan.data_parallel.step_seconds);
+  EXPECT_DOUBLE_EQ(pipe.tokens_per_second, 2 * tokens / PipelineStep(tokens));
+  EXPECT_GT(pipe.tokens_per_second, plan.data_parallel.tokens_per_second);
+  // No replicas to all-reduce: what a host sends is the activations of its
+  // one direction, 512 tokens x 256 x 4 bytes.
+  EXPECT_DOUBLE_EQ(pipe.dcn_bytes_per_host, 512 * 256 * 4);
+  EXPECT_DOUBLE_EQ(pipe.activation_bytes_per_host, 512 * 256 * 4);
+  EXPECT_DOUBLE_EQ(pipe.fill_drain_seconds, 2 * 512 * 256 * 32 / 1e9 / 8);
+  EXPECT_DOUBLE_EQ(pipe.bubble_fraction, 1.0 / 9);
+  EXPECT_NE(plan.recommendation.reason.find("2.14x"), std::string::npos)
+      << plan.recommendation.reason;
+}
+
+TEST(PerfModelPipelineTest, AboveTheMinimumDataParallelismWins) {
+  const double tokens = 8192;  // ten times the minimum
+  const PerfPlan plan = MustPlan(ThisMachine(tokens));
+  EXPECT_TRUE(plan.data_parallel.dcn_hidden);
+  EXPECT_EQ(plan.recommendation.strategy, DcnStrategy::kData)
+      << plan.recommendation.reason;
+  EXPECT_EQ(plan.recommendation.dcn_data_parallelism, 2);
+  EXPECT_DOUBLE_EQ(plan.estimate.step_seconds, DataParallelStep(tokens));
+  ASSERT_EQ(plan.strategies.size(), 3u);
+  const StrategyEstimate& pipe = plan.strategies[2];
+  EXPECT_EQ(pipe.strategy, DcnStrategy::kPipeline);
+  EXPECT_DOUBLE_EQ(pipe.step_seconds, PipelineStep(tokens));
+  EXPECT_GT(pipe.step_seconds, plan.estimate.step_seconds);
+  EXPECT_LT(pipe.tokens_per_second, plan.estimate.tokens_per_second);
+}
+
+TEST(PerfModelPipelineTest, ActivationsThatDoNotFitUnderComputeAreExposed) {
+  PerfModelOptions o = ThisMachine(256);
+  o.emb_dim = 100000;  // 512 x 1e5 x 32 bits = 1.64 s each way
+  const PerfPlan plan = MustPlan(o);
+  const double each_way = 512 * 1e5 * 32 / 1e9;
+  const StrategyEstimate& pipe = plan.strategies[2];
+  EXPECT_FALSE(pipe.dcn_hidden);
+  EXPECT_DOUBLE_EQ(pipe.step_seconds, 2 * each_way + 2 * each_way / 8);
+  // Slower than data parallelism's exposed all-reduce: data parallelism.
+  EXPECT_EQ(plan.recommendation.strategy, DcnStrategy::kData);
+  EXPECT_NE(plan.recommendation.reason.find("No pipeline is predicted faster"),
+            std::string::npos)
+      << plan.recommendation.reason;
+}
+
+TEST(PerfModelPipelineTest, InnerStagesSendBothWaysPerHost) {
+  // v4-16: 2 hosts per slice. Depth 4 over 4 slices, 16 microbatches, 4,000
+  // tokens per pipeline of width 1024: 32 x 4000 x 1024 bits each way.
+  PerfModelOptions o = V4(4, 1000);
+  o.strategy = DcnStrategy::kPipeline;
+  o.pipeline_depth = 4;
+  o.emb_dim = 1024;
+  const PerfPlan plan = MustPlan(o);
+  const StrategyEstimate& e = plan.estimate;
+  const double bits = 32.0 * 4000 * 1024;
+  EXPECT_DOUBLE_EQ(e.activation_seconds, bits / (2 * 50e9));
+  EXPECT_DOUBLE_EQ(e.activation_bytes_per_host, 2 * bits / 2 / 8);
+  EXPECT_DOUBLE_EQ(e.dcn_bytes_per_host, 2 * bits / 2 / 8);  // no replicas
+  EXPECT_DOUBLE_EQ(e.fill_drain_seconds, 3 * 2 * bits / (2 * 50e9) / 16);
+  EXPECT_DOUBLE_EQ(e.bubble_fraction, 3.0 / 19);
+  const double forward = 2 * 1000 * 16e9 / (8 * 275e12) * 19 / 16;
+  const double backward = 2 * forward;
+  EXPECT_DOUBLE_EQ(e.step_seconds, std::max(forward, bits / 1e11) +
+                                       std::max(backward, bits / 1e11) +
+                                       e.fill_drain_seconds);
+}
+
+TEST(PerfModelPipelineTest, WithoutEmbDimActivationsAreNotCounted) {
+  PerfModelOptions o = ThisMachine(256);
+  o.emb_dim.reset();
+  const PerfPlan plan = MustPlan(o);
+  EXPECT_FALSE(plan.activations_counted);
+  const StrategyEstimate& pipe = plan.strategies[2];
+  EXPECT_EQ(pipe.activation_seconds, 0);
+  EXPECT_EQ(pipe.activation_bytes_per_host, 0);
+  EXPECT_EQ(pipe.fill_drain_seconds, 0);
+  EXPECT_EQ(pipe.dcn_bytes_per_host, 0);
+  EXPECT_DOUBLE_EQ(pipe.step_seconds, 6 * 256 * 1.2e7 / 1e11 * 9 / 8);
+  EXPECT_NE(plan.recommendation.reason.find("not counted"), std::string::npos)
+      << plan.recommendation.reason;
+}
+
+TEST(PerfModelPipelineTest, EveryDivisorDepthIsCompared) {
+  struct Case {
+    int slices;
+    std::vector<int> depths;
+  };
+  for (const Case& c :
+       {Case{8, {2, 4, 8}}, Case{6, {2, 3, 6}}, Case{2, {2}}, Case{7, {7}}}) {
+    PerfModelOptions o = V4(c.slices, 100000);
+    o.pipeline_microbatches = 12;
+    const PerfPlan plan = MustPlan(o);
+    ASSERT_EQ(plan.strategies.size(), 2 + c.depths.size()) << c.slices;
+    EXPECT_EQ(plan.strategies[0].strategy, DcnStrategy::kData);
+    EXPECT_EQ(plan.strategies[1].strategy, DcnStrategy::kFsdp);
+    for (size_t i = 0; i < c.depths.size(); ++i) {
+      const StrategyEstimate& e = plan.strategies[2 + i];
+      const int d = c.depths[i];
+      EXPECT_EQ(e.pipeline_depth, d);
+      EXPECT_EQ(e.data_replicas, c.slices / d);
+      EXPECT_DOUBLE_EQ(e.bubble_fraction, (d - 1.0) / (12 + d - 1.0));
+      EXPECT_DOUBLE_EQ(e.tokens_per_second, c.slices * 100000 / e.step_seconds);
+    }
+  }
+  const PerfPlan one = MustPlan(V4(1, 1000));
+  ASSERT_EQ(one.strategies.size(), 1u);
+  EXPECT_EQ(one.strategies[0].strategy, DcnStrategy::kData);
+}
+
+TEST(PerfModelPipelineTest, TrainKeysNameThePipelineSchedule) {
+  Recommendation r;
+  r.dcn_data_parallelism = 2;
+  EXPECT_EQ(TrainKeys(r),
+            (std::vector<std::string>{
+                "dcn_data_parallelism=2", "dcn_fsdp_parallelism=1",
+                "dcn_pipeline_parallelism=1", "dcn_tensor_parallelism=1"}));
+  const Recommendation pipe = MustPlan(V4(8, 100000)).recommendation;
+  EXPECT_EQ(
+      TrainKeys(pipe),
+      (std::vector<std::string>{
+          "dcn_data_parallelism=2", "dcn_fsdp_parallelism=1",
+          "dcn_pipeline_parallelism=4", "dcn_tensor_parallelism=1",
+          "num_pipeline_microbatches=16", "pipeline_parallel_schedule=1F1B"}));
 }
 
 TEST(PerfModelInputTest, GlobalBatchDividesOverSlices) {
@@ -446,7 +642,7 @@ TEST(PerfModelInputTest, BadInputIsOneSentence) {
          o.strategy = DcnStrategy::kPipeline;
          o.pipeline_depth = 3;
        },
-       "--pipeline_depth must be 0 (the seed's rule) or a divisor of "
+       "--pipeline_depth must be 0 (the fastest depth) or a divisor of "
        "--num_slices 2 from 2 to 2, got 3"},
       {[](PerfModelOptions& o) { o.pipeline_depth = 2; },
        "--pipeline_depth 2 needs --strategy pipeline"},
@@ -455,6 +651,10 @@ TEST(PerfModelInputTest, BadInputIsOneSentence) {
          o.strategy = DcnStrategy::kPipeline;
        },
        "--strategy pipeline needs at least 2 slices, got --num_slices 1"},
+      {[](PerfModelOptions& o) { o.emb_dim = 2.5; },
+       "--emb_dim must be a positive whole number (the model width), got 2.5"},
+      {[](PerfModelOptions& o) { o.emb_dim = 0; },
+       "--emb_dim must be a positive whole number (the model width), got 0"},
       {[](PerfModelOptions& o) { o.memory_bytes_per_chip = 0; },
        "--memory_per_chip must be a positive number, got 0"},
       {[](PerfModelOptions& o) {
