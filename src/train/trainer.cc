@@ -27,9 +27,9 @@
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/metrics.h"
+#include "train/model_step.h"
 #include "train/optimizer.h"
 #include "train/parallel_plan.h"
-#include "train/pipeline_step.h"
 #include "train/replica_restore.h"
 #include "train/reporter.h"
 #include "train/run_directory.h"
@@ -246,10 +246,9 @@ class Trainer {
     ParallelPlan plan;
     DeviceBuffers state;
     DataIterator train_data, val_data;
-    model::gpt::GptModel gpt;
+    std::unique_ptr<ModelStep> step;
     ShardOptimizer optimizer;
     int64_t start_step;
-    std::unique_ptr<PipelineStep> pipeline;  // with more than one stage
     StateShard shard() const {
       return {plan.shard_begin(),  state.shard.data(), state.adam_m.data(),
               state.adam_v.data(), plan.shard_count(), plan.tensor_rank(),
@@ -271,10 +270,8 @@ class Trainer {
   void InitShard(const ParallelPlan& plan, DeviceBuffers& state) const;
   Status RestoreReplica(Device& d);
   Result<StepResult> TrainStep(Device& d, int64_t step);
-  // The forward and backward passes with the gradient reduced; the loss.
-  Result<float> ForwardBackward(Device& d, const Batch& batch);
   Status RecordBubble(Device& d, StepRecord& record);
-  std::unique_ptr<PipelineStep> MakePipeline(ParallelPlan& plan) const;
+  ModelStepOptions StepOptions(const ParallelPlan& plan) const;
   Result<double> Evaluate(Device& d);
   void Report(Device& d, StepRecord& r);
   void FreeReplicas();
@@ -364,7 +361,7 @@ Result<Trainer::StepResult> Trainer::TrainStep(Device& d, int64_t step) {
   const Clock::time_point step_start = Clock::now();
   const Batch batch = d.train_data.At(step - 1);
   RETURN_IF_ERROR(d.plan.GatherWeights(d.state));
-  ASSIGN_OR_RETURN(float loss, ForwardBackward(d, batch));
+  ASSIGN_OR_RETURN(float loss, d.step->Train(batch, d.plan, d.state));
   // The mean loss and the squared norm of the summed gradient, in one
   // all-reduce (data replicas hold equal shards: each adds 1/data; the
   // tensor ranks of a group have equal losses and replicated values; only
@@ -387,7 +384,7 @@ Result<Trainer::StepResult> Trainer::TrainStep(Device& d, int64_t step) {
   r.record.grad_norm = d.optimizer.MeanNorm(static_cast<double>(stats[1]));
   r.record.lr = d.optimizer.Apply(step, r.record.grad_norm, d.state);
   r.record.seconds = SecondsSince(step_start);
-  if (d.pipeline) RETURN_IF_ERROR(RecordBubble(d, r.record));
+  if (d.step->pipeline()) RETURN_IF_ERROR(RecordBubble(d, r.record));
   IteratorState next = d.train_data.state();
   next.step = step;
   RETURN_IF_ERROR(d.train_data.Restore(next));
@@ -399,67 +396,23 @@ Result<Trainer::StepResult> Trainer::TrainStep(Device& d, int64_t step) {
 // are not equal: the last one also runs the head), so that an uneven split
 // is not counted as bubble.
 Status Trainer::RecordBubble(Device& d, StepRecord& record) {
-  float busiest = static_cast<float>(d.pipeline->last_compute_seconds());
+  const PipelineStep& pipeline = *d.step->pipeline();
+  float busiest = static_cast<float>(pipeline.last_compute_seconds());
   RETURN_IF_ERROR(d.plan.ReduceOverAll(&busiest, 1, "pipeline-compute",
                                        runtime::ReduceOp::kMax));
-  const double wall = d.pipeline->last_wall_seconds();
+  const double wall = pipeline.last_wall_seconds();
   if (wall <= 0) return OkStatus();
   record.pipeline_seconds = wall;
   record.pipeline_bubble = std::max(0.0, 1.0 - busiest / wall);
   return OkStatus();
 }
 
-Result<float> Trainer::ForwardBackward(Device& d, const Batch& batch) {
-  if (d.pipeline) {
-    float loss = 0;
-    RETURN_IF_ERROR(d.plan.ReduceGradients(
-        [&](const model::gpt::GptModel::GradientReady& ready,
-            float* grads) -> Status {
-          ASSIGN_OR_RETURN(
-              loss, d.pipeline->Train(d.state.weights, batch.inputs.data(),
-                                      batch.targets.data(), grads));
-          RETURN_IF_ERROR(d.plan.SumTiedEmbedding(grads));
-          if (ready) ready(0, d.plan.num_parameters());
-          return OkStatus();
-        },
-        d.state));
-    return loss;
-  }
-  ASSIGN_OR_RETURN(
-      float loss,
-      d.gpt.Forward(d.state.weights, batch.inputs.data(), batch.targets.data(),
-                    RowsPerDevice(d.plan), config_.max_target_length));
-  RETURN_IF_ERROR(d.plan.ReduceGradients(
-      [&](const model::gpt::GptModel::GradientReady& ready, float* grads) {
-        return d.gpt.Backward(d.state.weights, grads, ready);
-      },
-      d.state));
-  return loss;
-}
-
 // The mean validation loss over eval_batches batches of every device.
 Result<double> Trainer::Evaluate(Device& d) {
   RETURN_IF_ERROR(d.plan.GatherWeights(d.state));
-  float sum = 0;
-  for (int k = 0; k < config_.eval_batches; ++k) {
-    const Batch batch = d.val_data.At(k);
-    ASSIGN_OR_RETURN(
-        float loss,
-        d.pipeline ? d.pipeline->Evaluate(d.state.weights, batch.inputs.data(),
-                                          batch.targets.data())
-                   : d.gpt.Forward(d.state.weights, batch.inputs.data(),
-                                   batch.targets.data(), RowsPerDevice(d.plan),
-                                   config_.max_target_length));
-    sum += loss;
-  }
-  // Only the last stage has losses (each of the stage.count shares).
-  const model::gpt::PipelineStage stage = d.plan.ModelStage();
-  float mean = stage.last()
-                   ? sum * static_cast<float>(stage.count) /
-                         static_cast<float>(config_.eval_batches * num_devices_)
-                   : 0.0f;
-  RETURN_IF_ERROR(d.plan.ReduceOverAll(&mean, 1, "val-loss"));
-  return static_cast<double>(mean);
+  return MeanLoss(
+      *d.step, d.plan, d.state.weights, [&](int k) { return d.val_data.At(k); },
+      config_.eval_batches);
 }
 
 void Trainer::Report(Device& d, StepRecord& r) {
@@ -478,18 +431,15 @@ int Trainer::RowsPerDevice(const ParallelPlan& plan) const {
   return config_.per_device_batch_size * plan.tensor_size() * plan.stage_size();
 }
 
-std::unique_ptr<PipelineStep> Trainer::MakePipeline(ParallelPlan& plan) const {
-  if (plan.stage_size() == 1) return nullptr;
-  PipelineStepOptions o;
+ModelStepOptions Trainer::StepOptions(const ParallelPlan& plan) const {
+  ModelStepOptions o;
   o.model = model_;
   o.matmul_type = MatmulDType(config_);
-  o.stage = plan.ModelStage();
   o.schedule = *ParsePipelineSchedule(config_.pipeline_parallel_schedule);
   o.microbatches = PipelineMicrobatches(config_, plan.stage_size());
   o.rows = RowsPerDevice(plan);
   o.seq_len = config_.max_target_length;
-  return std::make_unique<PipelineStep>(plan.collectives(), o,
-                                        plan.ModelTensor());
+  return o;
 }
 
 // The device's shard of the restored checkpoint, or of the initial weights
@@ -546,16 +496,13 @@ Result<std::unique_ptr<Trainer::Device>> Trainer::StartDevice(int local) {
   const int64_t begin = plan.shard_begin();
   const int divisor = plan.batch_shards();
   const model::gpt::PipelineStage stage = plan.ModelStage();
-  model::gpt::TensorParallel tensor = plan.ModelTensor();
-  std::unique_ptr<PipelineStep> pipeline = MakePipeline(plan);
+  std::unique_ptr<ModelStep> step = MakeModelStep(plan, StepOptions(plan));
   std::unique_ptr<Device> d(new Device{
       local, printer_ && local == 0, std::move(plan), std::move(state),
-      std::move(train_data), std::move(val_data),
-      model::gpt::GptModel(model_, MatmulDType(config_), std::move(tensor),
-                           stage),
+      std::move(train_data), std::move(val_data), std::move(step),
       ShardOptimizer(config_, model::gpt::WeightDecayMask(model_, t, stage),
                      begin, divisor),
-      restored_step_, std::move(pipeline)});
+      restored_step_});
   RETURN_IF_ERROR(RestoreReplica(*d));
   if (d->reporter_thread) {
     reporter_->LoadHistory(d->start_step);
