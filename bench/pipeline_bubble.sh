@@ -3,7 +3,7 @@
 # (issue 16: "within 10 % of the formula, for the compute-bound part of the
 # step"). One slice of cpu-P with ici_pipeline_parallelism=P, f32, a GPT of
 # 8 layers of width 256 (the layers split evenly; the embeddings and the
-# small head add little to the first and last stage), 64 rows of 64 tokens
+# small head add little to the first and last stage), 128 rows of 64 tokens
 # per pipeline, no checkpoints or evaluation. For each schedule and number
 # of microbatches m it trains STEPS steps and reads each step's
 # `pipeline_bubble` from metrics.jsonl (the part of the stage's
@@ -27,7 +27,7 @@ if [ "$(nproc)" -lt "$stages" ]; then
   echo "skipped: $stages stages need $stages CPUs (one per stage), this machine has $(nproc)"
   exit 0
 fi
-rows_per_device=$((64 / stages))
+rows_per_device=$((128 / stages))
 for schedule in GPipe 1F1B; do
   for m in 4 8; do
     run="$schedule-m$m"
