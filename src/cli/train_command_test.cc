@@ -577,6 +577,17 @@ TEST_F(TrainCommandTest, CheckpointReshardsOntoOtherMeshes) {
   EXPECT_EQ(four.value("restored_step", int64_t{-1}), 5);
   ExpectClose(Losses(four), expected, 1e-5, "2x2 -> 1x4");
 
+  // Onto a pipeline of 2 stages with fsdp 2 in each (1F1B).
+  fs::copy(RunDir("saved"), RunDir("topipeline"), fs::copy_options::recursive);
+  nlohmann::json pipeline =
+      Train({"run_name=topipeline", "steps=10", "checkpoint_period=5",
+             "per_device_batch_size=2", "ici_pipeline_parallelism=2",
+             "ici_fsdp_parallelism=2", "dcn_data_parallelism=1", "--num_slices",
+             "1", "--accelerator_type", "cpu-4"},
+            "topipeline");
+  EXPECT_EQ(pipeline.value("restored_step", int64_t{-1}), 5);
+  ExpectClose(Losses(pipeline), expected, 1e-5, "2x2 -> stage 2 x fsdp 2");
+
   // Onto tensor parallelism with fsdp, then from it back onto one device.
   fs::copy(RunDir("saved"), RunDir("totensor"), fs::copy_options::recursive);
   nlohmann::json tensor =
