@@ -55,6 +55,9 @@ struct TrainMesh {
 class TrainCommandTest : public ::testing::Test {
  protected:
   // `model`: overrides of the tiny model for the reference and every mesh.
+  // Kills slice 1 of a 2-slice run on `mesh` after its step-13 in-memory
+  // replica; the restart restores that step from slice 0's replica.
+  void ExpectInMemoryRecovery(const std::vector<std::string>& mesh);
   void ExpectMeshesMatchOneDevice(const std::vector<TrainMesh>& meshes,
                                   const std::vector<std::string>& model = {});
   static void SetUpTestSuite() {
@@ -470,11 +473,13 @@ TEST_F(TrainCommandTest, ResumeAfterKillIsBitwiseExact) {
 // and its host's memory is wiped, as on a replacement host. The restart
 // restores a step newer than the checkpoint from slice 0's replica, sent over
 // DCN, and continues with the uninterrupted run's losses, bit for bit.
-TEST_F(TrainCommandTest, InMemoryRecoveryRestoresANewerStepFromAReplica) {
+void TrainCommandTest::ExpectInMemoryRecovery(
+    const std::vector<std::string>& mesh) {
   const std::string tag = std::to_string(::getpid());
-  const std::vector<std::string> args = {
-      "steps=24", "checkpoint_period=10", "per_device_batch_size=4",
-      "enable_in_memory_recovery=true", "in_memory_replica_period=1"};
+  const std::vector<std::string> args =
+      With({"steps=24", "checkpoint_period=10",
+            "enable_in_memory_recovery=true", "in_memory_replica_period=1"},
+           mesh);
   auto named = [&](const std::string& run) {
     return With(args, {"run_name=" + run + tag});
   };
@@ -506,6 +511,20 @@ TEST_F(TrainCommandTest, InMemoryRecoveryRestoresANewerStepFromAReplica) {
   ASSERT_NO_FATAL_FAILURE(ExpectLossesFrom(resumed, restored, uninterrupted));
   fs::remove_all(replica0);
   fs::remove_all(replica1);
+}
+
+TEST_F(TrainCommandTest, InMemoryRecoveryRestoresANewerStepFromAReplica) {
+  ExpectInMemoryRecovery({"per_device_batch_size=4"});
+}
+
+// The same with 2 pipeline stages x tensor 2 inside each slice: each
+// (stage, tensor rank) shard comes back from slice 0's copy of it.
+TEST_F(TrainCommandTest, InMemoryRecoveryUnderPipelineAndTensorParallelism) {
+  ExpectInMemoryRecovery(
+      {"per_device_batch_size=1", "ici_pipeline_parallelism=2",
+       "ici_fsdp_parallelism=1", "ici_tensor_parallelism=2",
+       "dcn_data_parallelism=2", "num_pipeline_microbatches=2",
+       "--accelerator_type", "cpu-4"});
 }
 
 // The second save (step 10) is stopped after writing its files and before
