@@ -655,6 +655,18 @@ Status Trainer::StartRunDirectory() {
   for (const std::string& note : options_.notes) {
     std::printf("multislice train: %s\n", note.c_str());
   }
+  if (const int p = rt_.parallelism().size(mesh::kStage); p > 1) {
+    const int m = PipelineMicrobatches(config_, p);
+    std::printf(
+        "multislice train: pipeline of %d stages (%d layer%s each), %s, %d "
+        "microbatches of %d rows: bubble (p-1)/(m+p-1) = %.1f %%\n",
+        p, config_.num_decoder_layers / p,
+        config_.num_decoder_layers / p == 1 ? "" : "s",
+        config_.pipeline_parallel_schedule.c_str(), m,
+        config_.per_device_batch_size * p *
+            rt_.parallelism().size(mesh::kTensor) / m,
+        100.0 * BubbleFraction(p, m));
+  }
   if (rt_.parallelism().dcn[mesh::kTensor] > 1) {
     // The seed: "we do not recommend tensor parallelism across slices,
     // because it needs a lot of bandwidth between them".
