@@ -545,6 +545,58 @@ Result<AxisGroup> PairOf(const AxisGroup& g, int peer) {
   return p;
 }
 
+// Moves `per_member` bf16-sized carriers of quantised bytes per wire member
+// between the wire members: an all-to-all (send holds one run per member, in
+// member order; recv gets one from each) or an all-gather (send holds this
+// member's run; recv gets every member's).
+using CarrierMove =
+    std::function<void(const std::byte* send, std::byte* recv, size_t)>;
+
+// Appends the compressed all-reduce (sum) of `count` f32 values over n wire
+// members, this one w (collectives.h): quantise every chunk, all-to-all,
+// dequantise and sum this member's chunk in member order, quantise, all-gather,
+// dequantise. Every chunk travels in a slot of the largest chunk's wire bytes,
+// rounded up to whole carriers, so that the transports split evenly. out may
+// be in.
+void AppendCompressedAllReduce(PhaseBuilder& b, OpState& state, WireType wire,
+                               const float* in, float* out, size_t count, int n,
+                               int w, const CarrierMove& all_to_all,
+                               const CarrierMove& all_gather) {
+  const size_t slot_bytes =
+      (WireBytes(wire, comm::PartitionSegment(count, n, 0).count) + 1) / 2 * 2;
+  const size_t un = static_cast<size_t>(n);
+  std::byte* send = state.Scratch(un * slot_bytes);
+  std::byte* received = state.Scratch(un * slot_bytes);
+  std::byte* reduced = state.Scratch(slot_bytes);
+  std::byte* gathered = state.Scratch(un * slot_bytes);
+  const comm::Segment mine = comm::PartitionSegment(count, n, w);
+  // Scratch buffers come from operator new, so they are aligned for floats.
+  float* sum = reinterpret_cast<float*>(state.Scratch(mine.count * 4));
+  float* term = reinterpret_cast<float*>(state.Scratch(mine.count * 4));
+  b.Local("quantise", [=] {
+    for (int c = 0; c < n; ++c) {
+      const comm::Segment s = comm::PartitionSegment(count, n, c);
+      Quantize(wire, in + s.offset, s.count, send + c * slot_bytes);
+    }
+  });
+  all_to_all(send, received, slot_bytes / 2);
+  b.Local("reduce", [=] {
+    Dequantize(wire, received, mine.count, sum);
+    for (int s = 1; s < n; ++s) {
+      Dequantize(wire, received + s * slot_bytes, mine.count, term);
+      for (size_t i = 0; i < mine.count; ++i) sum[i] += term[i];
+    }
+    Quantize(wire, sum, mine.count, reduced);
+  });
+  all_gather(reduced, gathered, slot_bytes / 2);
+  b.Local("dequantise", [=] {
+    for (int c = 0; c < n; ++c) {
+      const comm::Segment s = comm::PartitionSegment(count, n, c);
+      Dequantize(wire, gathered + c * slot_bytes, s.count, out + s.offset);
+    }
+  });
+}
+
 }  // namespace
 
 std::string DeviceCollectives::Describe(const char* op, const AxisGroup& g,
@@ -598,6 +650,124 @@ CollectiveHandle DeviceCollectives::AllReduce(const Axes& axes, const void* in,
       });
       break;
     }
+  }
+  return Launch(what, std::move(b.phases()), state, after);
+}
+
+CollectiveHandle DeviceCollectives::CompressedAllReduce(
+    const Axes& axes, const float* in, float* out, size_t count, WireType wire,
+    const std::string& label, const CollectiveHandle& after) {
+  if (wire == WireType::kF32) {
+    return AllReduce(axes, in, out, count, DType::kF32, ReduceOp::kSum, label,
+                     after);
+  }
+  MS_GROUP_OR_FAIL(g, axes);
+  const std::string op = "all_reduce_" + std::string(Name(wire));
+  const std::string what = Describe(op.c_str(), g, label);
+  const std::string kind = " " + std::string(Name(wire));
+  auto state = std::make_shared<OpState>();
+  PhaseBuilder b(runtime_, g, counters_);
+  const int k = g.local_size;
+  auto shared_all_to_all = [&](const std::byte* send, std::byte* recv,
+                               size_t per) {
+    comm::Layout send_layout(k), recv_layout(k);
+    for (int i = 0; i < k; ++i) {
+      for (int j = 0; j < k; ++j) {
+        send_layout[i].push_back({j * per, per});
+        recv_layout[j].push_back({i * per, per});
+      }
+    }
+    b.Shared("all-to-all" + kind, [=](ici::Group& grp, int i, uint64_t* bytes) {
+      return grp.AllToAll(i, send, recv, send_layout, recv_layout, DType::kBF16,
+                          bytes);
+    });
+  };
+  auto shared_all_gather = [&](const std::byte* send, std::byte* recv,
+                               size_t per) {
+    const comm::Layout layout = comm::BalancedLayout(k * per, k);
+    b.Shared("all-gather" + kind, [=](ici::Group& grp, int i, uint64_t* bytes) {
+      return grp.AllGather(i, send, recv, layout, DType::kBF16, bytes);
+    });
+  };
+  // Between hosts: over `level`'s subgroup of this device's column, n
+  // members; an all-gather or an all-to-all.
+  auto net_move = [&](Level level, int n, bool gather) -> CarrierMove {
+    return [&b, &kind, level, n, gather](const std::byte* send, std::byte* recv,
+                                         size_t per) {
+      const std::vector<size_t> counts(n, per);
+      b.Net(level, (gather ? "all-gather" : "all-to-all") + kind,
+            [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
+                const std::string& phase) {
+              return gather ? c.AllGather(dg, send, recv, counts, DType::kBF16,
+                                          phase)
+                            : c.AllToAll(dg, send, recv, counts, counts,
+                                         DType::kBF16, phase);
+            });
+    };
+  };
+  if (g.path() == Path::kLocal) {
+    b.Local("copy", [=] { CopyElements(out, in, count, 4); });
+    return Launch(what, std::move(b.phases()), state, after);
+  }
+  if (g.path() == Path::kShared) {
+    AppendCompressedAllReduce(b, *state, wire, in, out, count, k, g.local_rank,
+                              shared_all_to_all, shared_all_gather);
+    return Launch(what, std::move(b.phases()), state, after);
+  }
+  // Only the outermost link is compressed: the levels inside it
+  // reduce-scatter in f32 on the way down and all-gather on the way up, as
+  // AllReduce does.
+  const float* src = in;
+  float* buf = out;
+  size_t n_values = count;
+  comm::Layout layout;
+  if (k > 1) {
+    layout = comm::BalancedLayout(count, k);
+    const comm::Segment mine = layout[g.local_rank][0];
+    buf = out + mine.offset;
+    src = buf;
+    n_values = mine.count;
+    b.Shared("reduce-scatter", [=](ici::Group& grp, int i, uint64_t* bytes) {
+      return grp.ReduceScatter(i, in, buf, layout, DType::kF32, ReduceOp::kSum,
+                               bytes);
+    });
+  }
+  if (g.host_size > 1 && g.dcn_size > 1) {
+    // Across the slice's hosts in f32, across slices compressed.
+    std::vector<size_t> counts;
+    for (int e = 0; e < g.host_size; ++e) {
+      counts.push_back(comm::PartitionSegment(n_values, g.host_size, e).count);
+    }
+    const size_t n_piece = counts[g.host_rank];
+    float* piece = reinterpret_cast<float*>(state->Scratch(n_piece * 4));
+    b.Net(Level::kHosts, "reduce-scatter",
+          [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
+              const std::string& phase) {
+            return c.ReduceScatter(dg, src, piece, counts, DType::kF32,
+                                   ReduceOp::kSum, phase);
+          });
+    AppendCompressedAllReduce(b, *state, wire, piece, piece, n_piece,
+                              g.dcn_size, g.dcn_rank,
+                              net_move(Level::kSlices, g.dcn_size, false),
+                              net_move(Level::kSlices, g.dcn_size, true));
+    b.Net(Level::kHosts, "all-gather",
+          [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
+              const std::string& phase) {
+            return c.AllGather(dg, piece, buf, counts, DType::kF32, phase);
+          });
+  } else {
+    // One level of hosts: in rank order when each holds one member, else
+    // the network group in q order.
+    const Level level = k == 1 ? Level::kByRank : Level::kAll;
+    AppendCompressedAllReduce(b, *state, wire, src, buf, n_values, g.net_size,
+                              k == 1 ? g.rank : g.net_rank,
+                              net_move(level, g.net_size, false),
+                              net_move(level, g.net_size, true));
+  }
+  if (k > 1) {
+    b.Shared("all-gather", [=](ici::Group& grp, int i, uint64_t* bytes) {
+      return grp.AllGather(i, buf, out, layout, DType::kF32, bytes);
+    });
   }
   return Launch(what, std::move(b.phases()), state, after);
 }

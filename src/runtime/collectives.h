@@ -34,6 +34,43 @@
 //                   come in the same order on both sides, e.g. a chain of
 //                   pipeline stages.
 // Counts need not divide by p. bf16 is reduced in f32.
+//
+// CompressedAllReduce (f32, sum) is AllReduce with every value that crosses
+// the group's outermost link compressed to a wire type (runtime/wire.h);
+// kF32 is AllReduce. The outermost link is DCN when the group spans slices,
+// else the network between a slice's hosts, else shared memory; its wire
+// members are the slices, the hosts, or (on one host) the members. The
+// levels inside it go as in AllReduce, in f32: a reduce-scatter on the host
+// and between the slice's hosts on the way down, all-gathers on the way up,
+// so that the compressed part runs on each device's piece (its share after
+// those reduce-scatters) among the devices at its position in the other
+// wire members.
+// Over n wire members, wire member w holding v_w (its in, or the f32 sum of
+// its members' in) and the values (the array or the piece) split into
+// chunks c = PartitionSegment(values, n, c):
+//   1. w quantises chunk c of v_w (int8: blocks of 256 from the chunk's
+//      start) and sends it to wire member c (an all-to-all of bytes);
+//   2. c dequantises the n chunks it received, sums them in f32 in wire
+//      member order (group rank order when each wire member is one member,
+//      else slice order, or on one slice host order) and quantises that sum
+//      r (the same blocks);
+//   3. an all-gather of the quantised sums, which every member dequantises
+//      into out.
+// Each value crosses the wire twice, quantised once each time, and every
+// member gets bitwise the same out. The error of each output value, with x_g
+// the inputs, y_w the dequantised v_w, E(v) the bound of one value through
+// the wire (Bf16WireError(v), or Int8WireError of the scale of v's block),
+// F = F32SumError and k_w the members in wire member w, is at most
+//   |out - sum_g x_g| <= sum_w E(v_w) + F(n, sum_w |y_w|) + E(r)
+//                        + sum_w F(k_w, sum of |x_g| over w's members)
+// (the last term for the f32 sums inside the wire members; 0 when k_w = 1).
+// NaN and infinities propagate (with int8, a whole block of out turns NaN).
+// Per device, the wire carries an all-to-all and an all-gather of one slot
+// per wire member, a slot being WireBytes of the largest chunk rounded up to
+// even: with S the f32 bytes of the values, about 2 (n-1)/n S / 4
+// (1 + 4/256) bytes for int8 and 2 (n-1)/n S / 2 for bf16, against the
+// 2 (n-1)/n S AllReduce sends on that link. A group of one copies in to out.
+// in == out is allowed.
 #pragma once
 
 #include <chrono>
@@ -44,6 +81,7 @@
 
 #include "runtime/axis_group.h"
 #include "runtime/comm/types.h"
+#include "runtime/wire.h"
 
 namespace multislice::runtime {
 
@@ -89,6 +127,11 @@ class DeviceCollectives {
                              size_t count, DType dtype, ReduceOp op,
                              const std::string& label = "",
                              const CollectiveHandle& after = {});
+  // Sum only; see the top of this file. `after` as for AllReduce.
+  CollectiveHandle CompressedAllReduce(const Axes& axes, const float* in,
+                                       float* out, size_t count, WireType wire,
+                                       const std::string& label = "",
+                                       const CollectiveHandle& after = {});
   CollectiveHandle ReduceScatter(const Axes& axes, const void* in, void* out,
                                  size_t count, DType dtype, ReduceOp op,
                                  const std::string& label = "",

@@ -27,6 +27,7 @@ using comm::DType;
 using comm::PartitionSegment;
 using comm::ReduceOp;
 using testing::GetElement;
+using testing::ReferenceGroup;
 using testing::SetElement;
 
 // Small integers, so that every sum is exact in bf16 and f32 whatever the
@@ -47,39 +48,6 @@ float Combine(ReduceOp op, float a, float b) {
       return std::min(a, b);
   }
   return 0;
-}
-
-// The group of `device` over `axes`, by rank, from the mesh coordinates: every
-// device that agrees with `device` on the other axes, ordered row-major over
-// `axes` in the order given.
-std::vector<int> ReferenceGroup(const mesh::DeviceMesh& mesh,
-                                const std::vector<std::string>& axes,
-                                int device) {
-  std::vector<int> axis_index;
-  for (const std::string& a : axes) {
-    axis_index.push_back(static_cast<int>(
-        std::find(mesh.axis_names.begin(), mesh.axis_names.end(), a) -
-        mesh.axis_names.begin()));
-  }
-  const std::vector<int> mine = *mesh.coords_of(device);
-  std::vector<std::pair<int, int>> ranked;  // (rank, id)
-  for (int id : mesh.device_ids) {
-    const std::vector<int> c = *mesh.coords_of(id);
-    bool same = true;
-    for (size_t a = 0; a < c.size(); ++a) {
-      bool in_axes = std::find(axis_index.begin(), axis_index.end(),
-                               static_cast<int>(a)) != axis_index.end();
-      if (!in_axes && c[a] != mine[a]) same = false;
-    }
-    if (!same) continue;
-    int rank = 0;
-    for (int a : axis_index) rank = rank * mesh.shape[a] + c[a];
-    ranked.push_back({rank, id});
-  }
-  std::sort(ranked.begin(), ranked.end());
-  std::vector<int> ids;
-  for (auto& [rank, id] : ranked) ids.push_back(id);
-  return ids;
 }
 
 struct Buffer {
@@ -543,9 +511,6 @@ INSTANTIATE_TEST_SUITE_P(
 }  // namespace multislice::runtime
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::string(argv[1]) == "--worker") {
-    return multislice::runtime::WorkerMain(argc, argv);
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  return multislice::runtime::testing::WorkerOrTestsMain(
+      argc, argv, multislice::runtime::WorkerMain);
 }

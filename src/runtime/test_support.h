@@ -3,8 +3,10 @@
 // Runtime from the worker environment, and the parent checks exit codes.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -111,6 +113,50 @@ inline int RunDeviceChecks(const mesh::ParallelismConfig& parallelism,
   int total = 0;
   for (int w : wrong) total += w;
   return s.ok() && total == 0 ? 0 : 1;
+}
+
+// The group of `device` over `axes`, by rank, from the mesh coordinates: every
+// device that agrees with `device` on the other axes, ordered row-major over
+// `axes` in the order given.
+inline std::vector<int> ReferenceGroup(const mesh::DeviceMesh& mesh,
+                                       const std::vector<std::string>& axes,
+                                       int device) {
+  std::vector<int> axis_index;
+  for (const std::string& a : axes) {
+    axis_index.push_back(static_cast<int>(
+        std::find(mesh.axis_names.begin(), mesh.axis_names.end(), a) -
+        mesh.axis_names.begin()));
+  }
+  const std::vector<int> mine = *mesh.coords_of(device);
+  std::vector<std::pair<int, int>> ranked;  // (rank, id)
+  for (int id : mesh.device_ids) {
+    const std::vector<int> c = *mesh.coords_of(id);
+    bool same = true;
+    for (size_t a = 0; a < c.size(); ++a) {
+      bool in_axes = std::find(axis_index.begin(), axis_index.end(),
+                               static_cast<int>(a)) != axis_index.end();
+      if (!in_axes && c[a] != mine[a]) same = false;
+    }
+    if (!same) continue;
+    int rank = 0;
+    for (int a : axis_index) rank = rank * mesh.shape[a] + c[a];
+    ranked.push_back({rank, id});
+  }
+  std::sort(ranked.begin(), ranked.end());
+  std::vector<int> ids;
+  for (auto& [rank, id] : ranked) ids.push_back(id);
+  return ids;
+}
+
+// The main of a test binary that re-runs itself as workers: `worker` when
+// argv[1] is "--worker", else the tests.
+inline int WorkerOrTestsMain(int argc, char** argv,
+                             int (*worker)(int, char**)) {
+  if (argc > 1 && std::string(argv[1]) == "--worker") {
+    return worker(argc, argv);
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
 }
 
 // Element access for f32 and bf16 buffers held as bytes.
