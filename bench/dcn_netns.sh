@@ -8,9 +8,15 @@
 # dcn_data_parallelism=2 (--workload train), and the CPU time the workers
 # spend per step with and without DCN traffic (bench/cpu_sample.py), and
 # prints them next to what `multislice plan` predicts for the same workload
-# and link, and its extrapolation to 256 slices. See --help and
-# docs/performance.md ("DCN under a shaped link", "Slices over a DCN at the
-# seed's ratio").
+# and link, and its extrapolation to 256 slices. For train, the 2-slice keys
+# can be any (--dcn_keys, e.g. a pipeline of 2 stages across DCN), and
+# --compare_pipeline M also trains the same global batch as a pipeline of
+# depth 2 across DCN (M microbatches) after each data-parallel run, printing
+# both strategies' step time and tokens/s next to the plan's per-strategy
+# predictions (--emb_dim: the activations between stages counted);
+# --no_baseline skips the runs of step 3. See --help and docs/performance.md
+# ("DCN under a shaped link", "Slices over a DCN at the seed's ratio",
+# "Pipeline across DCN against data parallelism (issue 16)").
 set -euo pipefail
 
 prog=dcn_netns.sh
@@ -48,12 +54,29 @@ and measures, with the same per-device batch, one of two workloads:
      N gradients in f32 whatever the matmul dtype, so 4N bytes;
   3. baseline: two independent 1-slice trainings at once, one per namespace
      (dcn_data_parallelism=1, each its own job of the worker environment);
-  4. one training of 2 slices (dcn_data_parallelism=2), a worker per
-     namespace started by hand with the worker environment.
+  4. one training of 2 slices (dcn_data_parallelism=2, or the keys of
+     --dcn_keys), a worker per namespace started by hand with the worker
+     environment; with --compare_pipeline M, after each of these runs one
+     training of the same global batch (per_device_batch_size x 2 devices)
+     as a pipeline of depth 2 across DCN: dcn_pipeline_parallelism=2
+     dcn_data_parallelism=1 num_pipeline_microbatches=M
+     pipeline_parallel_schedule=--pipeline_schedule (the layers split over
+     the 2 slices; each microbatch's activation [rows, seq_len, D] in f32
+     crosses DCN forward and its gradient back), with --pipeline_steps
+     counted steps.
   Step times come from the run directory's metrics.jsonl: steps 1 to
   --skip_steps are not counted, the next --steps are, and one last step
   (which also evaluates) runs after them, uncounted. The baseline counts the
   steps of both trainings that ran while the other was still running.
+  With --compare_pipeline, a last table: for step 4's keys and for the
+  pipeline, the median step time (min, max), tokens/s = global tokens /
+  median step (global tokens = 2 x batch x seq_len), the pipeline's measured
+  bubble (metrics.jsonl pipeline_bubble), and the plan's predicted step and
+  tokens/s of each strategy (`multislice plan --emb_dim -d
+  --pipeline_microbatches M --json`, its "strategies" array; the peak and
+  link as for the efficiency below), measured/plan of each, the ratio
+  pipeline / step 4 in tokens/s measured and predicted, and what the plan
+  recommends.
 
 Both: 3. and 4. alternate --repeats times; step times are pooled over the
 repeats and reported as median (min, max); a pair during which other work
@@ -103,6 +126,27 @@ Options:
   --heads H                    train: num_heads; default 4
   --mlp_dim M                  train: mlp_dim; default 4 D
   --skip_steps K               train: first steps not counted; default 2
+  --dcn_keys "K=V ..."         train: the keys of the 2-slice training of 4.;
+                               default "dcn_data_parallelism=2" (e.g.
+                               "dcn_pipeline_parallelism=2 dcn_data_parallelism=1
+                               num_pipeline_microbatches=8"); the plan then
+                               predicts that strategy (dcn_data, dcn_fsdp or a
+                               pipeline of depth 2)
+  --compare_pipeline M         train: after each run of 4., a pipeline of
+                               depth 2 across DCN with M microbatches (M
+                               divides 2 x batch) on the same global batch,
+                               and the comparison table (see above)
+  --pipeline_schedule S        train: 1F1B (default) or GPipe for
+                               --compare_pipeline
+  --pipeline_steps K           train: counted steps of the --compare_pipeline
+                               runs (after --skip_steps, then one more with
+                               the evaluation); default --steps. A pipeline
+                               step at a large batch can take minutes
+  --no_baseline                skip 3. (train only): the efficiency is then
+                               against the 1-slice run of 1. (--baseline
+                               one_slice), without the CPU figures that need
+                               the baseline; the plan's peak is what the
+                               1-slice run achieved
   --sample_interval S          seconds between CPU samples; default 0.25
   --max_other PCT              a pair of runs (3. and 4.) during which other
                                work (the system's busy time less the workers'
@@ -138,6 +182,7 @@ Examples (about 2 minutes, 4, and 8, on a 2-core machine):
   sudo bench/dcn_netns.sh
   sudo bench/dcn_netns.sh -b 131072 --ratio 44000 --logs /tmp/dcn-logs
   sudo bench/dcn_netns.sh --workload train --repeats 3
+  sudo bench/dcn_netns.sh --workload train -n 8 -b 16 --compare_pipeline 8
 
 Exit status: 0 when every run completed (whether or not the figures agree),
 1 when not root, a tool is missing or a run failed, 2 on a usage error.
@@ -153,7 +198,9 @@ workload=shardings
 d="" n="" b="" dtype=bf16 steps="" ratio=22000 peak_gflops="" rate_mbit=""
 repeats=2 quiet_wait=120 max_other=5 retries="" seq_len=64 heads=4 mlp_dim="" skip_steps=2
 sample_interval=0.25
-baseline=skip_dcn linkcheck=1 mtu=9000 tbf_latency_ms=20 tbf_burst=""
+dcn_keys=dcn_data_parallelism=2 compare_pipeline="" pipeline_schedule=1F1B pipeline_steps=""
+run_baseline=1 dcn_kind=dcn_data dcn_microbatches=2
+baseline="" linkcheck=1 mtu=9000 tbf_latency_ms=20 tbf_burst=""
 subnet=10.213.7 ms="$root/build/bin/multislice" run_timeout=300 logs=""
 
 need() { [ $# -ge 2 ] || usage_error "option $1 needs a value (see --help)"; }
@@ -165,6 +212,11 @@ while [ $# -gt 0 ]; do
     --heads) need "$@"; heads="$2"; shift 2 ;;
     --mlp_dim) need "$@"; mlp_dim="$2"; shift 2 ;;
     --skip_steps) need "$@"; skip_steps="$2"; shift 2 ;;
+    --dcn_keys) need "$@"; dcn_keys="$2"; shift 2 ;;
+    --compare_pipeline) need "$@"; compare_pipeline="$2"; shift 2 ;;
+    --pipeline_schedule) need "$@"; pipeline_schedule="$2"; shift 2 ;;
+    --pipeline_steps) need "$@"; pipeline_steps="$2"; shift 2 ;;
+    --no_baseline) run_baseline=0; shift ;;
     --sample_interval) need "$@"; sample_interval="$2"; shift 2 ;;
     --max_other) need "$@"; max_other="$2"; shift 2 ;;
     --retries) need "$@"; retries="$2"; shift 2 ;;
@@ -210,7 +262,43 @@ if [ "$workload" = train ]; then
   done
   [[ "$skip_steps" =~ ^[0-9]+$ ]] || usage_error "--skip_steps '$skip_steps' is not a whole number"
   [ $((d % heads)) -eq 0 ] || usage_error "-d $d is not a multiple of --heads $heads"
+  for kv in $dcn_keys; do
+    [[ "$kv" =~ ^[a-z_]+=[^=]+$ ]] || usage_error "--dcn_keys: '$kv' is not key=value"
+  done
+  [ -n "${dcn_keys// /}" ] || usage_error "--dcn_keys is empty"
+  pipeline_steps="${pipeline_steps:-$steps}"
+  is_pos_int "$pipeline_steps" || usage_error "--pipeline_steps '$pipeline_steps' is not a positive integer"
+  if [ -n "$compare_pipeline" ]; then
+    is_pos_int "$compare_pipeline" || usage_error "--compare_pipeline '$compare_pipeline' is not a positive integer"
+    [ $((2 * b % compare_pipeline)) -eq 0 ] ||
+      usage_error "--compare_pipeline $compare_pipeline does not divide the pipeline's 2 x $b rows per step"
+    [ $((n % 2)) -eq 0 ] || usage_error "--compare_pipeline needs an even -n (the layers split over 2 stages), not $n"
+  fi
+  [ "$pipeline_schedule" = 1F1B ] || [ "$pipeline_schedule" = GPipe ] ||
+    usage_error "--pipeline_schedule '$pipeline_schedule' is not 1F1B or GPipe"
+  # The strategy of 4.'s keys, for the plan: a pipeline of depth 2 when they
+  # set dcn_pipeline_parallelism=2 (its microbatches, -1 = one per stage),
+  # FSDP when dcn_fsdp_parallelism=2, else data parallelism.
+  dcn_kind=dcn_data dcn_microbatches=2
+  for kv in $dcn_keys; do
+    case "$kv" in
+      dcn_pipeline_parallelism=2) dcn_kind=pipeline ;;
+      dcn_fsdp_parallelism=2) [ "$dcn_kind" = pipeline ] || dcn_kind=dcn_fsdp ;;
+      num_pipeline_microbatches=-1) dcn_microbatches=2 ;;
+      num_pipeline_microbatches=*) dcn_microbatches="${kv#*=}" ;;
+    esac
+  done
+else
+  if [ "$dcn_keys" != dcn_data_parallelism=2 ] || [ -n "$compare_pipeline" ] || [ -n "$pipeline_steps" ] ||
+     [ "$run_baseline" -eq 0 ]; then
+    usage_error "--dcn_keys, --compare_pipeline, --pipeline_steps and --no_baseline are for --workload train"
+  fi
 fi
+if [ "$run_baseline" -eq 0 ]; then
+  [ "${baseline:-one_slice}" = one_slice ] || usage_error "--no_baseline leaves no skip_dcn baseline: --baseline one_slice only"
+  baseline=one_slice
+fi
+baseline="${baseline:-skip_dcn}"
 retries="${retries:-$repeats}"
 [[ "$retries" =~ ^[0-9]+$ ]] || usage_error "--retries '$retries' is not a whole number"
 for pair in "ratio:$ratio" "tbf_latency_ms:$tbf_latency_ms" "sample_interval:$sample_interval" "max_other:$max_other"; do
@@ -306,7 +394,15 @@ if not objs:
         objs.append(json.loads(text))
     except ValueError:
         sys.exit("no JSON object in " + path)
-j = objs[0]
+# null (a figure the plan has not, e.g. a pipeline's operational intensity
+# without data parallelism) reads as nan, which every format prints.
+def no_null(o):
+    if isinstance(o, dict):
+        return {k: no_null(v) for k, v in o.items()}
+    if isinstance(o, list):
+        return [no_null(v) for v in o]
+    return float("nan") if o is None else o
+j = no_null(objs[0])
 print(eval(expr))
 EOF
 }
@@ -518,6 +614,13 @@ elif mode == "train":
     print(json.dumps({"step_times": times, "kept": [len(k) for k in kept],
                       "counted": last - first + 1, "overlap": overlap,
                       "slices": slices, "others_s": others(slices)}))
+elif mode == "field":
+    # field NAME FIRST LAST METRICS...: the median of a record's NAME over
+    # steps FIRST..LAST of the trainings (e.g. pipeline_bubble).
+    name, first, last = args[0], int(args[1]), int(args[2])
+    rs = [json.loads(line) for m in args[3:] for line in open(m)]
+    v = [r[name] for r in rs if first <= r.get("step", 0) <= last and name in r]
+    print(statistics.median(v) if v else float("nan"))
 elif mode == "peak":
     # peak OUTS...: the lowest matmul peak the runs measured at their start.
     print(min(first_json(f)["peak_tflops_per_device"] for f in args))
@@ -571,7 +674,17 @@ else
     "num_decoder_layers=$n" "vocab_size=$vocab" "dtype=$dtype" ici_fsdp_parallelism=-1
     enable_checkpointing=false "eval_interval=$total_steps" eval_batches=1 log_period=1
     "dataset_path=$dataset" "base_output_directory=$train_runs" --json)
+  read -r -a dcn_key_args <<<"$dcn_keys"
+  # --compare_pipeline: the same training as a pipeline of depth 2 across
+  # DCN, with its own number of steps (a later key overrides an earlier one).
+  pipe_last=$((skip_steps + pipeline_steps)) pipe_total=$((skip_steps + pipeline_steps + 1))
+  pipe_keys=(dcn_pipeline_parallelism=2 dcn_data_parallelism=1 "num_pipeline_microbatches=$compare_pipeline"
+    "pipeline_parallel_schedule=$pipeline_schedule" "steps=$pipe_total" "eval_interval=$pipe_total")
   say "# workload: train emb_dim=$d num_decoder_layers=$n num_heads=$heads mlp_dim=$mlp_dim vocab_size=$vocab dtype=$dtype, per_device_batch_size=$b x max_target_length=$seq_len = $tokens tokens per slice; N = $params parameters, gradients $grad_bytes bytes (f32); steps $first_counted-$last_counted of $total_steps counted"
+  say "# 2 slices (4.): $dcn_keys (plan strategy $dcn_kind)"
+  [ -z "$compare_pipeline" ] ||
+    say "# compared with: ${pipe_keys[*]:0:4} on the same global batch ($((2 * b)) rows, $((2 * b / compare_pipeline)) per microbatch); steps $first_counted-$pipe_last of $pipe_total counted"
+  [ "$run_baseline" -eq 1 ] || say "# --no_baseline: no runs of 3.; the baseline is the 1-slice run"
   say "# [1/4] 1 slice (device peak and the one-slice step time)"
   wait_quiet
   run_one one "${train_args[@]}" run_name=one dcn_data_parallelism=1
@@ -637,7 +750,7 @@ else
 fi
 
 # ---------------------------------------------------------------- 3, 4. two slices
-skip_files=() dcn_files=() skip_stats=() dcn_stats=()
+skip_files=() dcn_files=() skip_stats=() dcn_stats=() pipe_files=() pipe_stats=()
 # one_repeat_line FILE: median step and CPU per step of one run's stats.
 one_repeat_line() {
   json "$1" "'median step %.3f s (%d steps), CPU per step %s s; other work on the 2 CPUs %.3f s per step (%.1f %%)' % (sorted(j['step_times'])[len(j['step_times']) // 2], len(j['step_times']), ' / '.join('%.3f' % x['cpu_s'] for x in j['slices']), j['others_s'], 100 * j['others_s'] / (2 * sorted(j['step_times'])[len(j['step_times']) // 2]))"
@@ -663,30 +776,48 @@ while [ "$kept_runs" -lt "$repeats" ]; do
     stats shardings "$steps" "$log_dir/dcn$k.0.out" "$log_dir/dcn$k.0.cpu" \
       "$log_dir/dcn$k.1.cpu" >"$log_dir/dcn$k.stats.json" || fail "no figures from run 'dcn$k'"
   else
-    say "# [3/4] two independent 1-slice trainings at once, one per namespace (baseline with the same CPU contention), run $k ($kept_runs of $repeats kept so far)"
+    if [ "$run_baseline" -eq 1 ]; then
+      say "# [3/4] two independent 1-slice trainings at once, one per namespace (baseline with the same CPU contention), run $k ($kept_runs of $repeats kept so far)"
+      wait_quiet
+      run_pair "skip$k" 1 "${train_args[@]}" dcn_data_parallelism=1 "run_name=skip$k-slice@SLICE@"
+      stats train "$first_counted" "$last_counted" "$train_runs/skip$k-slice0/metrics.jsonl" \
+        "$train_runs/skip$k-slice1/metrics.jsonl" -- "$log_dir/skip$k.0.cpu" "$log_dir/skip$k.1.cpu" \
+        >"$log_dir/skip$k.stats.json" || fail "no figures from run 'skip$k'"
+      say "#   $(one_repeat_line "$log_dir/skip$k.stats.json")"
+    fi
+    say "# [4/4] one training of 2 slices ($dcn_keys) over the shaped link, run $k ($kept_runs of $repeats kept so far)"
     wait_quiet
-    run_pair "skip$k" 1 "${train_args[@]}" dcn_data_parallelism=1 "run_name=skip$k-slice@SLICE@"
-    stats train "$first_counted" "$last_counted" "$train_runs/skip$k-slice0/metrics.jsonl" \
-      "$train_runs/skip$k-slice1/metrics.jsonl" -- "$log_dir/skip$k.0.cpu" "$log_dir/skip$k.1.cpu" \
-      >"$log_dir/skip$k.stats.json" || fail "no figures from run 'skip$k'"
-    say "#   $(one_repeat_line "$log_dir/skip$k.stats.json")"
-    say "# [4/4] one training of 2 slices (dcn_data_parallelism=2), gradients all-reduced over the shaped link, run $k ($kept_runs of $repeats kept so far)"
-    wait_quiet
-    run_pair "dcn$k" 2 "${train_args[@]}" dcn_data_parallelism=2 "run_name=dcn$k"
+    run_pair "dcn$k" 2 "${train_args[@]}" "${dcn_key_args[@]}" "run_name=dcn$k"
     stats train "$first_counted" "$last_counted" "$train_runs/dcn$k/metrics.jsonl" \
       -- "$log_dir/dcn$k.0.cpu" "$log_dir/dcn$k.1.cpu" \
       >"$log_dir/dcn$k.stats.json" || fail "no figures from run 'dcn$k'"
   fi
   say "#   $(one_repeat_line "$log_dir/dcn$k.stats.json")"
-  if { disturbed "$log_dir/skip$k.stats.json" || disturbed "$log_dir/dcn$k.stats.json"; } &&
+  if [ -n "$compare_pipeline" ]; then
+    say "# [4/4] the same global batch as a pipeline of depth 2 across DCN (${pipe_keys[*]:0:4}), run $k ($kept_runs of $repeats kept so far)"
+    wait_quiet
+    run_pair "pipe$k" 2 "${train_args[@]}" "${pipe_keys[@]}" "run_name=pipe$k"
+    stats train "$first_counted" "$pipe_last" "$train_runs/pipe$k/metrics.jsonl" \
+      -- "$log_dir/pipe$k.0.cpu" "$log_dir/pipe$k.1.cpu" \
+      >"$log_dir/pipe$k.stats.json" || fail "no figures from run 'pipe$k'"
+    say "#   $(one_repeat_line "$log_dir/pipe$k.stats.json")"
+  fi
+  if { { [ "$run_baseline" -eq 1 ] && disturbed "$log_dir/skip$k.stats.json"; } ||
+       disturbed "$log_dir/dcn$k.stats.json" ||
+       { [ -n "$compare_pipeline" ] && disturbed "$log_dir/pipe$k.stats.json"; }; } &&
      [ "$discarded" -lt "$retries" ]; then
     discarded=$((discarded + 1))
     say "#   run $k discarded: other work used more than $max_other % of the CPUs during it (retry $discarded of at most $retries)"
     continue
   fi
   kept_runs=$((kept_runs + 1))
-  skip_files+=("$log_dir/skip$k.0.out") dcn_files+=("$log_dir/dcn$k.0.out")
-  skip_stats+=("$log_dir/skip$k.stats.json") dcn_stats+=("$log_dir/dcn$k.stats.json")
+  if [ "$run_baseline" -eq 1 ]; then
+    skip_files+=("$log_dir/skip$k.0.out") skip_stats+=("$log_dir/skip$k.stats.json")
+  fi
+  dcn_files+=("$log_dir/dcn$k.0.out") dcn_stats+=("$log_dir/dcn$k.stats.json")
+  if [ -n "$compare_pipeline" ]; then
+    pipe_files+=("$log_dir/pipe$k.0.out") pipe_stats+=("$log_dir/pipe$k.stats.json")
+  fi
 done
 [ "$discarded" -eq 0 ] || say "# $discarded run(s) discarded for other work on the CPUs; the figures below pool runs $(for f in "${dcn_stats[@]}"; do f="${f##*/dcn}"; printf '%s ' "${f%.stats.json}"; done)"
 
@@ -719,12 +850,15 @@ print(json.dumps({
     "overlap": all(r.get("overlap", True) for r in runs)}))
 EOF
 }
-pool "${skip_stats[@]}" >"$log_dir/skip.pool.json"
+[ "$run_baseline" -eq 0 ] || pool "${skip_stats[@]}" >"$log_dir/skip.pool.json"
 pool "${dcn_stats[@]}" >"$log_dir/dcn.pool.json"
+[ -z "$compare_pipeline" ] || pool "${pipe_stats[@]}" >"$log_dir/pipe.pool.json"
 pj() { json "$1" "$2"; }
-skip_median="$(pj "$log_dir/skip.pool.json" 'j["median"]')"
-skip_min="$(pj "$log_dir/skip.pool.json" 'j["min"]')"
-skip_max="$(pj "$log_dir/skip.pool.json" 'j["max"]')"
+if [ "$run_baseline" -eq 1 ]; then
+  skip_median="$(pj "$log_dir/skip.pool.json" 'j["median"]')"
+  skip_min="$(pj "$log_dir/skip.pool.json" 'j["min"]')"
+  skip_max="$(pj "$log_dir/skip.pool.json" 'j["max"]')"
+fi
 dcn_median="$(pj "$log_dir/dcn.pool.json" 'j["median"]')"
 dcn_min="$(pj "$log_dir/dcn.pool.json" 'j["min"]')"
 dcn_max="$(pj "$log_dir/dcn.pool.json" 'j["max"]')"
@@ -742,7 +876,7 @@ else
   one_line="$(stats steps "$train_runs/one/metrics.jsonl" "$first_counted" "$last_counted" | "$PY" -c 'import json,sys; t=json.load(sys.stdin)["step_times"]; print("%.3f (min %.3f, max %.3f)" % (sorted(t)[len(t)//2], min(t), max(t)))')"
 fi
 wire_bytes="$(pj "$log_dir/dcn.pool.json" 'j["tx_bytes"]')"
-lowest_peak="$(lowest_peak "${skip_files[@]}" "${dcn_files[@]}")"
+lowest_peak="$(lowest_peak "${skip_files[@]}" "${dcn_files[@]}" "${pipe_files[@]}")"
 one_peak="$(json "$one_out" 'j["peak_tflops_per_device"]')"
 
 if [ "$baseline" = skip_dcn ]; then base_median="$skip_median"; else base_median="$one_median"; fi
@@ -753,12 +887,24 @@ if [ "$baseline" = skip_dcn ]; then base_median="$skip_median"; else base_median
 # predicted.
 achieved="$(calc "6 * $params * $tokens / $base_median")"
 
-plan() {  # plan RATE_BIT_PER_S [NUM_SLICES [VOLUME]]: prints the plan's JSON
-  timeout -k 5 60 "$bin" plan --accelerator_type cpu-1 --num_slices "${2:-2}" \
+# The plan's strategy: 4.'s (train: with the model width, so that a
+# pipeline's activations count).
+plan_kind_args=(--strategy dcn_data)
+if [ "$workload" = train ]; then
+  plan_kind_args=(--strategy "$dcn_kind" --emb_dim "$d")
+  [ "$dcn_kind" != pipeline ] || plan_kind_args+=(--pipeline_depth 2 --pipeline_microbatches "$dcn_microbatches")
+fi
+# plan RATE_BIT_PER_S [NUM_SLICES [VOLUME [ARGS...]]]: prints the plan's
+# JSON; ARGS (default plan_kind_args) choose the strategy.
+plan() {
+  local rate="$1" slices="${2:-2}" volume="${3:-ring}"
+  shift "$(($# < 3 ? $# : 3))"
+  [ $# -gt 0 ] || set -- "${plan_kind_args[@]}"
+  timeout -k 5 60 "$bin" plan --accelerator_type cpu-1 --num_slices "$slices" \
     --parameters "$params" --tokens_per_slice "$tokens" \
     --peak_flops_per_chip "$achieved" --mfu 1 \
-    --dcn_gbps_per_host "$(calc "$1 / 1e9")" --gradient_dtype "$grad_dtype" \
-    --dcn_volume "${3:-ring}" --strategy dcn_data --json
+    --dcn_gbps_per_host "$(calc "$rate / 1e9")" --gradient_dtype "$grad_dtype" \
+    --dcn_volume "$volume" "$@" --json
 }
 plan_to() {  # plan_to NAME ARGS...: plan ARGS into NAME.json
   plan "${@:2}" >"$log_dir/$1.json" 2>"$log_dir/$1.err" ||
@@ -778,12 +924,12 @@ plan_to plan_256_seed "${link_rate:-$rate}" 256 seed
 "$bin" plan --accelerator_type cpu-1 --num_slices 256 --parameters "$params" \
   --tokens_per_slice "$tokens" --peak_flops_per_chip "$peak" --mfu 1 \
   --dcn_gbps_per_host "$(calc "$rate / 1e9")" --gradient_dtype "$grad_dtype" \
-  --dcn_volume ring --strategy dcn_data --json >"$log_dir/plan_256_peak.json" 2>"$log_dir/plan_256_peak.err" ||
+  --dcn_volume ring "${plan_kind_args[@]}" --json >"$log_dir/plan_256_peak.json" 2>"$log_dir/plan_256_peak.err" ||
   fail "multislice plan failed: $(last_line "$log_dir/plan_256_peak.err")"
 "$bin" plan --accelerator_type cpu-1 --num_slices 2 --parameters "$params" \
   --tokens_per_slice "$tokens" --peak_flops_per_chip "$peak" --mfu 1 \
   --dcn_gbps_per_host "$(calc "$rate / 1e9")" --gradient_dtype "$grad_dtype" \
-  --dcn_volume ring --strategy dcn_data --json >"$log_dir/plan_2_peak.json" 2>"$log_dir/plan_2_peak.err" ||
+  --dcn_volume ring "${plan_kind_args[@]}" --json >"$log_dir/plan_2_peak.json" 2>"$log_dir/plan_2_peak.err" ||
   fail "multislice plan failed: $(last_line "$log_dir/plan_2_peak.err")"
 
 if [ "$workload" = shardings ]; then
@@ -860,7 +1006,9 @@ p256() { json "$1" "'scaling efficiency %.1f %%, %.2f DCN bits per parameter, op
 pct() { calc "'%.1f %%' % (100 * $1)"; }
 
 # The CPU the network costs: per worker and step, the DCN run's CPU time
-# less the baseline's (both over the counted steps).
+# less the baseline's (both over the counted steps); not without the
+# baseline's runs (--no_baseline).
+if [ "$run_baseline" -eq 1 ]; then
 base_cpu="$(pj "$log_dir/skip.pool.json" 'j["cpu_s"]')"
 dcn_cpu="$(pj "$log_dir/dcn.pool.json" 'j["cpu_s"]')"
 base_softirq="$(pj "$log_dir/skip.pool.json" 'j["system_softirq_s"]')"
@@ -878,6 +1026,7 @@ net_cpu="$(calc "$net_proc_cpu + $net_softirq")"
 other_threads() { json "$1" "sum(v for g, v in j['threads_s'].items() if g != 'device')"; }
 net_threads="$(calc "$(other_threads "$log_dir/dcn.pool.json") - $(other_threads "$log_dir/skip.pool.json")")"
 net_direct="$(calc "$net_threads + $net_softirq")"
+fi
 gap="$(calc "$dcn_median - $base_median")"
 threads_line() { json "$1" "', '.join('%s %.3f' % (g, v) for g, v in sorted(j['threads_s'].items(), key=lambda x: -x[1]) if v >= 0.0005)"; }
 if [ "$workload" = shardings ]; then
@@ -892,13 +1041,18 @@ say "CPU                            ${cpu:-unknown}, $(nproc) CPUs"
 say "ISA (multislice / oneDNN)      $isa / $onednn_isa"
 say "device peak                    $(calc "round($peak / 1e9, 1)") GFLOP/s ($peak_source)"
 say "step, 1 slice (own machine)    $one_line s"
-say "step, $(printf '%-24s' "$base_what")$(st3 "$skip_median" "$skip_min" "$skip_max") s ($(pj "$log_dir/skip.pool.json" 'j["n"]') steps over $repeats runs)"
+[ "$run_baseline" -eq 0 ] ||
+  say "step, $(printf '%-24s' "$base_what")$(st3 "$skip_median" "$skip_min" "$skip_max") s ($(pj "$log_dir/skip.pool.json" 'j["n"]') steps over $repeats runs)"
 say "step, $(printf '%-24s' "$dcn_what")$(st3 "$dcn_median" "$dcn_min" "$dcn_max") s ($(pj "$log_dir/dcn.pool.json" 'j["n"]') steps over $repeats runs)"
 if [ "$workload" = shardings ]; then
   say "DCN bytes per device per step  $(calc "int($dcn_bytes)") measured (ring all-reduce of 2: $grad_bytes gradient bytes each way); $(calc "int($wire_bytes)") on the wire (IP packets out of the namespace)"
-else
+elif [ "$dcn_kind" = dcn_data ]; then
   say "DCN bytes per device per step  $dcn_bytes (ring all-reduce of 2 of the $params f32 gradients: $grad_bytes each way); $(calc "int($wire_bytes)") on the wire (IP packets out of the namespace)"
-  say "memory                         peak RSS $(pj "$log_dir/dcn.pool.json" "'%.2f GiB' % (j['maxrss_kib'] / 2**20)") per worker (2 slices), $(pj "$log_dir/skip.pool.json" "'%.2f GiB' % (j['maxrss_kib'] / 2**20)") (1 slice)"
+else
+  say "DCN bytes per device per step  $(json "$plan_main" "'%d' % j['estimate']['dcn_bytes_per_host']") by the plan ($dcn_kind; a pipeline's activations and their gradients, f32); $(calc "int($wire_bytes)") on the wire (IP packets out of the namespace)"
+fi
+if [ "$workload" = train ]; then
+  say "memory                         peak RSS $(pj "$log_dir/dcn.pool.json" "'%.2f GiB' % (j['maxrss_kib'] / 2**20)") per worker (2 slices)$([ "$run_baseline" -eq 0 ] || pj "$log_dir/skip.pool.json" "', %.2f GiB (1 slice)' % (j['maxrss_kib'] / 2**20)")$([ -z "$compare_pipeline" ] || pj "$log_dir/pipe.pool.json" "', %.2f GiB (pipeline)' % (j['maxrss_kib'] / 2**20)")"
 fi
 if [ -n "$link_rate" ]; then
   say "link check                     all-reduce of $grad_bytes B: $(calc "'%.3f s (min %.3f, max %.3f)' % ($link_us / 1e6, $link_min_us / 1e6, $link_max_us / 1e6)") = $(calc "round($link_rate / 1e6, 2)") Mbit/s each way, $(pct "$link_rate / $rate") of the tbf rate"
@@ -906,6 +1060,7 @@ fi
 say "baseline                       $baseline (median step $(calc "round($base_median, 3)") s, $(calc "round($achieved / 1e9, 1)") GFLOP/s achieved = the plan's peak with --mfu 1)"
 say "plan, nominal R                $(pe "$log_dir/plan_nominal.json")"
 [ -z "$link_rate" ] || say "plan, measured link rate       $(pe "$log_dir/plan_link.json")"
+if [ "$run_baseline" -eq 1 ]; then
 say ""
 say "CPU per step and worker        baseline $(calc "round($base_cpu, 3)") s ($(pj "$log_dir/skip.pool.json" "'user %.3f, sys %.3f' % (j['user_s'], j['sys_s'])")), over DCN $(calc "round($dcn_cpu, 3)") s ($(pj "$log_dir/dcn.pool.json" "'user %.3f, sys %.3f' % (j['user_s'], j['sys_s'])"))"
 say "  threads, baseline            $(threads_line "$log_dir/skip.pool.json")"
@@ -920,13 +1075,14 @@ say "  attributed to the network    $(calc "'%.4f s per worker (threads other th
   say "# warning: a CPU window was not covered by the samples (a run ended early, or too short to see its device thread): the CPU figures are approximate"
 "$PY" -c "import sys; sys.exit(0 if $(pj "$log_dir/dcn.pool.json" 'j["threads_covered"]') and $(pj "$log_dir/skip.pool.json" 'j["threads_covered"]') else 1)" ||
   say "# note: a window ended after its worker's last sample of threads (within ${sample_interval} s of the exit): per-thread figures miss up to one sample interval at the end; the process totals (exact at exit) do not"
+fi
 say ""
 say "measured scaling efficiency    $(pct "$measured")   (baseline $baseline; against the 1-slice run: $(pct "$measured_one"))"
 say "predicted (plan, nominal R)    $(pct "$pred_nominal")   measured/predicted = $(calc "round($ratio_nominal, 3)")"
 [ -z "$link_rate" ] || say "predicted (plan, link check)   $(pct "$pred")   measured/predicted = $(calc "round($ratio_main, 3)")"
 if [ "$workload" = shardings ]; then
   say "critical path (not the plan)   $(calc "'%.1f %%: step %.3f s = max(fwd %.3f + bwd %.3f, last all-reduce done at %.3f; the first starts at fwd + %.3f)' % (100 * $base_median / $cp_step, $cp_step, $cp_fwd, $cp_bwd, $cp_link_end, $cp_first)")   measured/this = $(calc "round($cp_step / $dcn_median, 3)")"
-else
+elif [ "$dcn_kind" = dcn_data ]; then
   say "trainer's buckets (not plan)   $(calc "'%.1f %%: step %.3f s, %d buckets; the link busy %.3f s after the backward ends (the first layer is final only then, the embeddings too: %.1f %% of the gradient)' % (100 * $base_median / $bp_step, $bp_step, $bp_buckets, $bp_tail, 100 * $bp_last_fraction)")   measured/this = $(calc "round($bp_step / $dcn_median, 3)")"
   say "plan without overlap           $(pct "$pred_serial")   measured/this = $(calc "round($ratio_serial, 3)")   (fwd + bwd + DCN: what the trainer did before its gradient buckets)"
 fi
@@ -939,6 +1095,53 @@ say "  seed volume                  $(p256 "$log_dir/plan_256_seed.json")"
 say "at the device peak (MFU 100 %) and the nominal R ($(calc "round($flop_per_bit)") FLOP/bit), ring volume:"
 say "  2 slices                     $(p256 "$log_dir/plan_2_peak.json")"
 say "  256 slices                   $(p256 "$log_dir/plan_256_peak.json")"
+if [ -n "$compare_pipeline" ]; then
+  # Both strategies on the same global batch, and the plan's prediction of
+  # each (its per-strategy table, the activations counted with emb_dim;
+  # 4.'s from the plan of 4.'s strategy, the pipeline's from its row of
+  # depth 2 with --compare_pipeline microbatches).
+  plan_to plan_compare "${link_rate:-$rate}" 2 ring --emb_dim "$d" --pipeline_microbatches "$compare_pipeline"
+  plan_to plan_compare_nominal "$rate" 2 ring --emb_dim "$d" --pipeline_microbatches "$compare_pipeline"
+  global_tokens=$((2 * tokens))
+  pipe_median="$(pj "$log_dir/pipe.pool.json" 'j["median"]')"
+  pipe_row() {  # pipe_row PLAN FIELD: the field of the plan's pipeline of depth 2
+    json "$1" "[e for e in j['strategies'] if e['strategy'] == 'pipeline' and e['pipeline_depth'] == 2][0]['$2']"
+  }
+  dcn_pred="$(json "$plan_main" 'j["estimate"]["step_seconds"]')"
+  dcn_pred_nominal="$(json "$log_dir/plan_nominal.json" 'j["estimate"]["step_seconds"]')"
+  pipe_pred="$(pipe_row "$log_dir/plan_compare.json" step_seconds)"
+  pipe_pred_nominal="$(pipe_row "$log_dir/plan_compare_nominal.json" step_seconds)"
+  pipe_metrics=()
+  for f in "${pipe_stats[@]}"; do
+    f="${f##*/pipe}"
+    pipe_metrics+=("$train_runs/pipe${f%.stats.json}/metrics.jsonl")
+  done
+  pipe_bubble="$(stats field pipeline_bubble "$first_counted" "$pipe_last" "${pipe_metrics[@]}")"
+  pipe_wall="$(stats field pipeline_seconds "$first_counted" "$pipe_last" "${pipe_metrics[@]}")"
+  # row LABEL MEDIAN MIN MAX N PREDICTED PREDICTED_NOMINAL
+  row() {
+    calc "'%-28s %8.3f (%.3f-%.3f) %3d %10.1f | %8.3f %10.1f %8.3f | %10.1f' % ('$1', $2, $3, $4, $5, $global_tokens / $2, $6, $global_tokens / $6, $2 / $6, $global_tokens / $7)"
+  }
+  case "$dcn_kind" in
+    dcn_data) dcn_label="4. data parallelism 2" ;;
+    dcn_fsdp) dcn_label="4. FSDP 2" ;;
+    *) dcn_label="4. pipeline 2 x $dcn_microbatches" ;;
+  esac
+  say ""
+  say "== Pipeline of depth 2 across DCN against 4.: global batch $((2 * b)) sequences x $seq_len = $global_tokens tokens per step, $(calc "round(${link_rate:-$rate} / 1e6, 2)") Mbit/s each way ($plan_main_what) =="
+  say "                             measured: step s (min-max)  n   tokens/s | plan: step s   tokens/s measured | nominal R:"
+  say "strategy                     median                                     ($plan_main_what)  / plan    | tokens/s"
+  say "$(row "$dcn_label" "$dcn_median" "$dcn_min" "$dcn_max" "$(pj "$log_dir/dcn.pool.json" 'j["n"]')" "$dcn_pred" "$dcn_pred_nominal")"
+  say "$(row "pipeline 2 x $compare_pipeline $pipeline_schedule" "$pipe_median" "$(pj "$log_dir/pipe.pool.json" 'j["min"]')" "$(pj "$log_dir/pipe.pool.json" 'j["max"]')" "$(pj "$log_dir/pipe.pool.json" 'j["n"]')" "$pipe_pred" "$pipe_pred_nominal")"
+  measured_gain="$(calc "$dcn_median / $pipe_median")"
+  pred_gain="$(calc "$dcn_pred / $pipe_pred")"
+  say "pipeline / 4. in tokens/s      measured $(calc "round($measured_gain, 3)"), plan $(calc "round($pred_gain, 3)") ($plan_main_what), plan $(calc "round($dcn_pred_nominal / $pipe_pred_nominal, 3)") (nominal R): $(calc "'the pipeline is faster' if $measured_gain > 1 else '4. is faster'"), $(calc "'as the plan predicted' if ($measured_gain > 1) == ($pred_gain > 1) else 'NOT as the plan predicted'")"
+  say "plan, pipeline 2 x $compare_pipeline $(printf '%*s' $((12 - ${#compare_pipeline})) '')$(json "$log_dir/plan_compare.json" "(lambda e: 'fwd %.3f + bwd %.3f s compute (bubble %.1f %% included), activations %.3f s each way (%d B per host per step), fill and drain %.3f s, DCN hidden: %s' % (e['forward_seconds'], e['backward_seconds'], 100 * e['bubble_fraction'], e['activation_seconds'], e['activation_bytes_per_host'], e['fill_drain_seconds'], 'yes' if e['dcn_hidden'] else 'no'))([e for e in j['strategies'] if e['strategy'] == 'pipeline' and e['pipeline_depth'] == 2][0])")"
+  say "pipeline, measured             pipeline_seconds $(calc "round($pipe_wall, 3)") s per step (median), of which idle (pipeline_bubble: 1 - compute / wall, DCN waits included) $(pct "$pipe_bubble"); the schedule's bubble alone (p-1)/(m+p-1) = $(pct "1 / ($compare_pipeline + 1)")"
+  say "plan recommends                $(json "$log_dir/plan_compare.json" "j['recommendation']['strategy'] + ' (' + ' '.join(j['recommendation']['keys']) + ')'")"
+  say "  reason                       $(json "$log_dir/plan_compare.json" "j['recommendation']['reason']")"
+  say "  minimum batch (DP)           $(json "$log_dir/plan_compare.json" "'%.0f tokens per slice (this run: %d)' % (j['minimum_tokens_per_slice'], $tokens)")"
+fi
 for s in 0 1; do
   say "tbf ${veth[s]}: $(ip netns exec "${ns[s]}" tc -s qdisc show dev "${veth[s]}" | grep -m1 -o 'Sent.*)')"
 done
@@ -950,11 +1153,16 @@ spread_warning() {  # spread_warning WHAT MIN MAX
     say "# warning: the $1 steps range from $(calc "round($2, 3)") to $(calc "round($3, 3)") s (over 25 %): other work was using the CPUs; run it again"
   fi
 }
-for which in skip dcn; do
+whiches=(dcn)
+[ "$run_baseline" -eq 0 ] || whiches+=(skip)
+[ -z "$compare_pipeline" ] || whiches+=(pipe)
+for which in "${whiches[@]}"; do
   if "$PY" -c "import sys; sys.exit(0 if $(pj "$log_dir/$which.pool.json" 'j["others_share_max"]') > 0.05 else 1)"; then
     say "# warning: during a $which run other work used $(pj "$log_dir/$which.pool.json" "'%.1f %%' % (100 * j['others_share_max'])") of the 2 CPUs (beside the workers and softirq): run it again"
   fi
 done
-spread_warning "baseline" "$skip_min" "$skip_max"
+[ "$run_baseline" -eq 0 ] || spread_warning "baseline" "$skip_min" "$skip_max"
 spread_warning "over-DCN" "$dcn_min" "$dcn_max"
+[ -z "$compare_pipeline" ] ||
+  spread_warning "pipeline" "$(pj "$log_dir/pipe.pool.json" 'j["min"]')" "$(pj "$log_dir/pipe.pool.json" 'j["max"]')"
 [ -z "$logs" ] || say "# logs in $logs"
