@@ -871,7 +871,14 @@ TEST_F(TrainCommandTest, MemoryEstimateMatchesPeakRss) {
        {"per_device_batch_size=16", "ici_pipeline_parallelism=2",
         "ici_fsdp_parallelism=1", "num_pipeline_microbatches=8",
         "pipeline_parallel_schedule=GPipe", "--accelerator_type", "cpu-2"}}};
+  // Under an ISA cap (the @avx2 and @baseline runs) only the cases whose
+  // buffers depend on the matmul route: the f32 meshes allocate alike at
+  // every level.
+  const bool capped = std::getenv("MULTISLICE_MAX_ISA") != nullptr;
   for (const auto& [name, extra] : cases) {
+    if (capped && (name == "rss-f32-tensor2" || name == "rss-f32-gpipe2")) {
+      continue;
+    }
     Child c = Spawn(Args(With(With(common, extra), {"run_name=" + name})), {},
                     dir_.path(), name);
     rusage usage{};
