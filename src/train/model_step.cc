@@ -5,7 +5,7 @@ namespace {
 
 class WholeModelStep : public ModelStep {
  public:
-  WholeModelStep(ParallelPlan& plan, const ModelStepOptions& o)
+  WholeModelStep(ParallelPlan& plan, const PipelineStepOptions& o)
       : o_(o), gpt_(o.model, o.matmul_type, plan.ModelTensor()) {}
 
   Result<float> Train(const Batch& batch, ParallelPlan& plan,
@@ -25,14 +25,14 @@ class WholeModelStep : public ModelStep {
   }
 
  private:
-  const ModelStepOptions o_;
+  const PipelineStepOptions o_;
   model::gpt::GptModel gpt_;
 };
 
 class PipelineModelStep : public ModelStep {
  public:
-  PipelineModelStep(ParallelPlan& plan, const ModelStepOptions& o)
-      : step_(plan.collectives(), Options(plan, o), plan.ModelTensor()) {}
+  PipelineModelStep(ParallelPlan& plan, const PipelineStepOptions& o)
+      : step_(plan.collectives(), o, plan.ModelTensor()) {}
 
   Result<float> Train(const Batch& batch, ParallelPlan& plan,
                       DeviceBuffers& b) override {
@@ -59,26 +59,14 @@ class PipelineModelStep : public ModelStep {
   const PipelineStep* pipeline() const override { return &step_; }
 
  private:
-  static PipelineStepOptions Options(const ParallelPlan& plan,
-                                     const ModelStepOptions& o) {
-    PipelineStepOptions p;
-    p.model = o.model;
-    p.matmul_type = o.matmul_type;
-    p.stage = plan.ModelStage();
-    p.schedule = o.schedule;
-    p.microbatches = o.microbatches;
-    p.rows = o.rows;
-    p.seq_len = o.seq_len;
-    return p;
-  }
-
   PipelineStep step_;
 };
 
 }  // namespace
 
 std::unique_ptr<ModelStep> MakeModelStep(ParallelPlan& plan,
-                                         const ModelStepOptions& options) {
+                                         PipelineStepOptions options) {
+  options.stage = plan.ModelStage();
   if (plan.stage_size() > 1) {
     return std::make_unique<PipelineModelStep>(plan, options);
   }
@@ -94,12 +82,7 @@ Result<double> MeanLoss(ModelStep& step, ParallelPlan& plan,
     ASSIGN_OR_RETURN(float loss, step.Evaluate(batch_at(k), weights));
     sum += loss;
   }
-  // Every device adds its share: the batch shards' losses are averaged;
-  // a tensor group's ranks hold equal losses; only a pipeline's last stage
-  // has one.
-  const model::gpt::PipelineStage stage = plan.ModelStage();
-  const int groups = plan.batch_shards() * plan.tensor_size();
-  float mean = stage.last() ? sum / static_cast<float>(batches * groups) : 0;
+  float mean = sum * plan.LossShare() / static_cast<float>(batches);
   RETURN_IF_ERROR(plan.ReduceOverAll(&mean, 1, "val-loss"));
   return static_cast<double>(mean);
 }

@@ -11,7 +11,6 @@
 #include <functional>
 #include <memory>
 
-#include "common/dtype.h"
 #include "common/status.h"
 #include "model/gpt.h"
 #include "train/data.h"
@@ -19,15 +18,6 @@
 #include "train/pipeline_step.h"
 
 namespace multislice::train {
-
-struct ModelStepOptions {
-  model::gpt::GptConfig model;
-  DType matmul_type = DType::kF32;
-  PipelineSchedule schedule = PipelineSchedule::k1F1B;
-  int microbatches = 1;  // pipelines only
-  int rows = 1;          // of the device's batch
-  int seq_len = 1;
-};
 
 class ModelStep {
  public:
@@ -45,9 +35,11 @@ class ModelStep {
 };
 
 // The step of plan's device: a pipeline stage when the stage axis is larger
-// than 1, else the whole model (or its tensor rank's part).
+// than 1, else the whole model (or its tensor rank's part). options.stage is
+// the plan's (what it holds is ignored); schedule and microbatches matter
+// only with stages.
 std::unique_ptr<ModelStep> MakeModelStep(ParallelPlan& plan,
-                                         const ModelStepOptions& options);
+                                         PipelineStepOptions options);
 
 // The mean over every device of the mean of `batches` losses
 // step.Evaluate(batch_at(k), weights), the last pipeline stage's standing

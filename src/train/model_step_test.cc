@@ -85,7 +85,7 @@ int CheckOnDevice(runtime::Runtime& rt, int local) {
   std::copy_n(part.begin() + plan->shard_begin(), plan->shard_count(),
               b.shard.begin());
   if (!plan->GatherWeights(b).ok()) return 1;
-  ModelStepOptions o;
+  PipelineStepOptions o;
   o.model = c;
   o.microbatches = 2;
   o.rows = kRowsPerShard;

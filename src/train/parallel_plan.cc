@@ -151,6 +151,11 @@ double ParallelPlan::ShardSquaredNorm(const float* gradient) const {
   return sum / data_->size;
 }
 
+float ParallelPlan::LossShare() const {
+  if (!ModelStage().last()) return 0.0f;
+  return 1.0f / static_cast<float>(batch_->size * tensor_->size);
+}
+
 DeviceBuffers ParallelPlan::Allocate() const {
   DeviceBuffers b;
   const auto shard = static_cast<size_t>(count_);

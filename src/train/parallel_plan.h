@@ -94,6 +94,12 @@ class ParallelPlan {
   // hold the same shard.
   double ShardSquaredNorm(const float* gradient) const;
 
+  // The weight of this device's mean loss in the mean over the global
+  // batch, so that a sum over every device gives it: 1 / (batch shards x
+  // tensor ranks, which hold equal losses) on a pipeline's last stage, 0 on
+  // the stages before it (they have no loss).
+  float LossShare() const;
+
   DeviceBuffers Allocate() const;
 
   Status GatherWeights(DeviceBuffers& b);

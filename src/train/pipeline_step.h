@@ -23,6 +23,7 @@
 
 namespace multislice::train {
 
+// Also the options of train/model_step.h's step without stages.
 struct PipelineStepOptions {
   model::gpt::GptConfig model;
   DType matmul_type = DType::kF32;

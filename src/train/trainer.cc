@@ -271,7 +271,7 @@ class Trainer {
   Status RestoreReplica(Device& d);
   Result<StepResult> TrainStep(Device& d, int64_t step);
   Status RecordBubble(Device& d, StepRecord& record);
-  ModelStepOptions StepOptions(const ParallelPlan& plan) const;
+  PipelineStepOptions StepOptions(const ParallelPlan& plan) const;
   Result<double> Evaluate(Device& d);
   void Report(Device& d, StepRecord& r);
   void FreeReplicas();
@@ -363,14 +363,9 @@ Result<Trainer::StepResult> Trainer::TrainStep(Device& d, int64_t step) {
   RETURN_IF_ERROR(d.plan.GatherWeights(d.state));
   ASSIGN_OR_RETURN(float loss, d.step->Train(batch, d.plan, d.state));
   // The mean loss and the squared norm of the summed gradient, in one
-  // all-reduce (data replicas hold equal shards: each adds 1/data; the
-  // tensor ranks of a group have equal losses and replicated values; only
-  // the last pipeline stage has a loss).
-  const model::gpt::PipelineStage stage = d.plan.ModelStage();
+  // all-reduce (data replicas hold equal shards: each adds 1/data).
   float stats[3] = {
-      stage.last() ? loss * (static_cast<float>(stage.count) /
-                             static_cast<float>(num_devices_))
-                   : 0.0f,
+      loss * d.plan.LossShare(),
       static_cast<float>(d.plan.ShardSquaredNorm(d.state.gradient)),
       saver_->FaultFlag(d.local)};
   RETURN_IF_ERROR(d.plan.ReduceOverAll(stats, 3, "loss-and-norm"));
@@ -431,8 +426,8 @@ int Trainer::RowsPerDevice(const ParallelPlan& plan) const {
   return config_.per_device_batch_size * plan.tensor_size() * plan.stage_size();
 }
 
-ModelStepOptions Trainer::StepOptions(const ParallelPlan& plan) const {
-  ModelStepOptions o;
+PipelineStepOptions Trainer::StepOptions(const ParallelPlan& plan) const {
+  PipelineStepOptions o;
   o.model = model_;
   o.matmul_type = MatmulDType(config_);
   o.schedule = *ParsePipelineSchedule(config_.pipeline_parallel_schedule);
