@@ -411,16 +411,8 @@ int Run(const TrainFlags& flags) {
                                 "): " + s.message()));
   }
   // The pipeline checks again with the -1 axes filled.
-  if (resolved->ici[mesh::kStage] > 1 && resolved->dcn[mesh::kStage] > 1) {
-    return Fail(InvalidArgument(
-        "keys ici_pipeline_parallelism and dcn_pipeline_parallelism resolve "
-        "to " +
-        std::to_string(resolved->ici[mesh::kStage]) + " and " +
-        std::to_string(resolved->dcn[mesh::kStage]) +
-        ": expected at most one of them above 1: a pipeline's stages run "
-        "either inside a slice or across slices"));
-  }
-  if (Status s = CheckPipelineSplit(config, resolved->size(mesh::kStage),
+  if (Status s = CheckPipelineSplit(config, resolved->ici[mesh::kStage],
+                                    resolved->dcn[mesh::kStage],
                                     resolved->size(mesh::kTensor));
       !s.ok()) {
     return Fail(s);

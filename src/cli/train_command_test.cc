@@ -932,6 +932,12 @@ TEST_F(TrainCommandTest, BadConfigIsOneLineAndExitCode2) {
         "num_pipeline_microbatches=4", "--num_slices", "1",
         "--accelerator_type", "cpu-2"},
        "'num_pipeline_microbatches' = 4: expected a divisor of the 6 rows"},
+      // A -1 that resolves to stages on both levels.
+      {{"run_name=x", "ici_pipeline_parallelism=-1", "ici_fsdp_parallelism=1",
+        "dcn_pipeline_parallelism=2", "dcn_data_parallelism=1", "--num_slices",
+        "2", "--accelerator_type", "cpu-2"},
+       "keys ici_pipeline_parallelism (2) x dcn_pipeline_parallelism (2): "
+       "expected at most one of them above 1"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"train", data_->path() + "/tiny.yml",

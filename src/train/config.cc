@@ -383,30 +383,30 @@ Status CheckPipeline(const TrainConfig& c) {
                       "-1 (one per stage) or an integer >= 1"));
   }
   const int ici = c.ici_pipeline_parallelism, dcn = c.dcn_pipeline_parallelism;
-  if (ici != 1 && dcn != 1) {
-    return InvalidArgument(
-        "keys ici_pipeline_parallelism (" + std::to_string(ici) +
-        ") and dcn_pipeline_parallelism (" + std::to_string(dcn) +
-        "): expected at most one of them other than 1: a pipeline's stages "
-        "run either inside a slice or across slices");
-  }
-  const int stages = ici * dcn;
-  const int tensor = c.ici_tensor_parallelism * c.dcn_tensor_parallelism;
-  if (stages < 1) return OkStatus();
-  return CheckPipelineSplit(c, stages, tensor);
+  if (ici < 1 || dcn < 1) return OkStatus();  // -1: checked once resolved
+  return CheckPipelineSplit(
+      c, ici, dcn, c.ici_tensor_parallelism * c.dcn_tensor_parallelism);
 }
 
 }  // namespace
 
-Status CheckPipelineSplit(const TrainConfig& c, int stages, int tensor) {
+Status CheckPipelineSplit(const TrainConfig& c, int ici_stages, int dcn_stages,
+                          int tensor) {
+  const std::string keys =
+      "keys ici_pipeline_parallelism (" + std::to_string(ici_stages) +
+      ") x dcn_pipeline_parallelism (" + std::to_string(dcn_stages) + ")";
+  if (ici_stages > 1 && dcn_stages > 1) {
+    return InvalidArgument(keys +
+                           ": expected at most one of them above 1: a "
+                           "pipeline's stages run either inside a slice or "
+                           "across slices");
+  }
+  const int stages = ici_stages * dcn_stages;
   if (c.num_decoder_layers % stages != 0) {
     return InvalidArgument(
-        "keys ici_pipeline_parallelism (" +
-        std::to_string(c.ici_pipeline_parallelism) +
-        ") x dcn_pipeline_parallelism (" +
-        std::to_string(c.dcn_pipeline_parallelism) +
-        ") = " + std::to_string(stages) + " stages: expected a divisor of " +
-        "num_decoder_layers (" + std::to_string(c.num_decoder_layers) +
+        keys + " = " + std::to_string(stages) +
+        " stages: expected a divisor of " + "num_decoder_layers (" +
+        std::to_string(c.num_decoder_layers) +
         "): each stage holds an equal number of whole layers");
   }
   const int m = PipelineMicrobatches(c, stages);

@@ -111,10 +111,12 @@ Status ApplyTrainConfigOverrides(const std::vector<std::string>& overrides,
 // num_heads). Returns the first problem found.
 Status ValidateTrainConfig(const TrainConfig& config);
 
-// With `stages` pipeline stages and `tensor` tensor ranks (the mesh's,
-// resolved): the stages divide the layers and the microbatches the rows
+// With ici_stages x dcn_stages pipeline stages and `tensor` tensor ranks
+// (the config's values, or the mesh's once resolved): the stages on one
+// level only, dividing the layers, and the microbatches dividing the rows
 // each pipeline sees; kInvalidArgument naming the keys otherwise.
-Status CheckPipelineSplit(const TrainConfig& config, int stages, int tensor);
+Status CheckPipelineSplit(const TrainConfig& config, int ici_stages,
+                          int dcn_stages, int tensor);
 // num_pipeline_microbatches, with -1 resolved to `stages`.
 int PipelineMicrobatches(const TrainConfig& config, int stages);
 

@@ -459,6 +459,13 @@ TEST(PipelineKeysTest, PlanLinePastesInAndBadPipelinesAreOneSentence) {
   EXPECT_EQ(pipeline->dcn_pipeline_parallelism, 2);
   EXPECT_EQ(pipeline->num_pipeline_microbatches, 4);
   EXPECT_EQ(PipelineMicrobatches(*pasted, 4), 4);  // -1: one per stage
+  // A -1 stage axis beside stages on the other level is checked once the
+  // mesh resolves it (it may resolve to 1).
+  Result<TrainConfig> filled = LoadTrainConfig(
+      yaml, {"ici_pipeline_parallelism=-1", "ici_fsdp_parallelism=1",
+             "dcn_pipeline_parallelism=2", "dcn_data_parallelism=1"});
+  ASSERT_TRUE(filled.ok()) << filled.status().message();
+  EXPECT_TRUE(ValidateTrainConfig(*filled).ok());
 
   const std::vector<std::pair<std::vector<std::string>, std::string>> refused =
       {
@@ -476,9 +483,9 @@ TEST(PipelineKeysTest, PlanLinePastesInAndBadPipelinesAreOneSentence) {
            "or an integer >= 1"},
           {{"ici_pipeline_parallelism=2", "dcn_pipeline_parallelism=2",
             "ici_fsdp_parallelism=1", "dcn_data_parallelism=1"},
-           "keys ici_pipeline_parallelism (2) and dcn_pipeline_parallelism "
-           "(2): expected at most one of them other than 1: a pipeline's "
-           "stages run either inside a slice or across slices"},
+           "keys ici_pipeline_parallelism (2) x dcn_pipeline_parallelism "
+           "(2): expected at most one of them above 1: a pipeline's stages "
+           "run either inside a slice or across slices"},
           {{"pipeline_parallel_schedule=interleaved"},
            "key 'pipeline_parallel_schedule' = 'interleaved': expected GPipe "
            "or 1F1B"},
