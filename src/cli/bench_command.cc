@@ -105,8 +105,8 @@ int RunBench(const BenchFlags& flags, const std::vector<std::string>& argv) {
   return runtime::RunLocalJob(job, [&](const runtime::WorkerEnv& env) {
     runtime::RuntimeOptions rt_options;
     rt_options.env = env;
-    rt_options.parallelism.dcn = {-1, 1, 1, 1};
-    rt_options.parallelism.ici = {1, 1, -1, 1};
+    rt_options.parallelism.dcn = {1, -1, 1, 1, 1};
+    rt_options.parallelism.ici = {1, 1, 1, -1, 1};
     rt_options.timeout = std::chrono::seconds(flags.dcn_timeout_seconds);
     auto rt = runtime::Runtime::Create(rt_options);
     if (!rt.ok()) {

@@ -121,7 +121,7 @@ TEST(AddIntFlagTest, HelpShowsTheDefault) {
 TEST(AddParallelismFlagsTest, EightFlagsWithDefaultsFromTheConfig) {
   CLI::App app;
   mesh::ParallelismConfig config;
-  config.ici = {1, 1, 4, 1};
+  config.ici = {1, 1, 1, 4, 1};
   AddParallelismFlags(&app, &config);
   EXPECT_EQ(
       Parse(app, {"--ici_data_parallelism", "2",
@@ -130,8 +130,8 @@ TEST(AddParallelismFlagsTest, EightFlagsWithDefaultsFromTheConfig) {
                   "-1", "--dcn_data_parallelism", "3", "--dcn-fsdp-parallelism",
                   "5", "--dcn_tensor_parallelism=7"}),
       "");
-  EXPECT_EQ(config.ici, (std::array<int, mesh::kNumAxes>{2, 1, 4, -1}));
-  EXPECT_EQ(config.dcn, (std::array<int, mesh::kNumAxes>{3, 1, 5, 7}));
+  EXPECT_EQ(config.ici, (mesh::AxisSizes{1, 2, 1, 4, -1}));
+  EXPECT_EQ(config.dcn, (mesh::AxisSizes{1, 3, 1, 5, 7}));
 
   // The stage axis has MaxText's keys, *_pipeline_parallelism.
   CLI::App stages;
@@ -142,13 +142,13 @@ TEST(AddParallelismFlagsTest, EightFlagsWithDefaultsFromTheConfig) {
             "");
   EXPECT_EQ(staged.ici[mesh::kStage], 2);
   EXPECT_EQ(staged.dcn[mesh::kStage], 2);
-  EXPECT_EQ(staged.ici, (std::array<int, mesh::kNumAxes>{1, 2, 1, 1}));
-  EXPECT_EQ(staged.dcn, (std::array<int, mesh::kNumAxes>{1, 2, 1, 1}));
+  EXPECT_EQ(staged.ici, (mesh::AxisSizes{1, 1, 2, 1, 1}));
+  EXPECT_EQ(staged.dcn, (mesh::AxisSizes{1, 1, 2, 1, 1}));
   CLI::App dashes;
   mesh::ParallelismConfig dashed;
   AddParallelismFlags(&dashes, &dashed);
   EXPECT_EQ(Parse(dashes, {"--dcn-pipeline-parallelism=-1"}), "");
-  EXPECT_EQ(dashed.dcn, (std::array<int, mesh::kNumAxes>{1, -1, 1, 1}));
+  EXPECT_EQ(dashed.dcn, (mesh::AxisSizes{1, 1, -1, 1, 1}));
 
   CLI::App bad;
   mesh::ParallelismConfig other;
@@ -289,11 +289,11 @@ TEST(MeshCommandTest, TwoCpuSlicesPrintLikeShardingsPy) {
             "slice_index=0), CpuDevice(id=4, slice_index=1), CpuDevice(id=5, "
             "slice_index=1), CpuDevice(id=6, slice_index=1), CpuDevice(id=7, "
             "slice_index=1)] (num_devices: 8)\n"
-            "Axis names: ('data', 'stage', 'fsdp', 'tensor')\n"
-            "Mesh shape: (2, 1, 4, 1)\n"
+            "Axis names: ('diloco', 'data', 'stage', 'fsdp', 'tensor')\n"
+            "Mesh shape: (1, 2, 1, 4, 1)\n"
             "Device ids:\n"
-            "[[[[0]\n   [1]\n   [2]\n   [3]]]\n\n\n"
-            " [[[4]\n   [5]\n   [6]\n   [7]]]]\n");
+            "[[[[[0]\n    [1]\n    [2]\n    [3]]]\n\n\n"
+            "  [[[4]\n    [5]\n    [6]\n    [7]]]]]\n");
   EXPECT_EQ(run.err, "");
 }
 
@@ -303,11 +303,12 @@ TEST(MeshCommandTest, StageAxisAcrossSlices) {
                             "--dcn_pipeline_parallelism", "2",
                             "--ici_fsdp_parallelism", "2"});
   EXPECT_EQ(run.exit_code, 0) << run.err;
-  EXPECT_NE(run.out.find("Axis names: ('data', 'stage', 'fsdp', 'tensor')\n"
-                         "Mesh shape: (1, 2, 2, 1)\n"
-                         "Device ids:\n"
-                         "[[[[0]\n   [1]]\n\n  [[2]\n   [3]]]]\n"),
-            std::string::npos)
+  EXPECT_NE(
+      run.out.find("Axis names: ('diloco', 'data', 'stage', 'fsdp', 'tensor')\n"
+                   "Mesh shape: (1, 1, 2, 2, 1)\n"
+                   "Device ids:\n"
+                   "[[[[[0]\n    [1]]\n\n   [[2]\n    [3]]]]]\n"),
+      std::string::npos)
       << run.out;
 }
 
@@ -316,8 +317,8 @@ TEST(MeshCommandTest, DefaultTypeIsCpuOfTheIciProduct) {
       RunMesh({"--ici_fsdp_parallelism", "2", "--ici_tensor_parallelism", "2"});
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.out.find("(num_devices: 4)"), std::string::npos) << run.out;
-  EXPECT_NE(run.out.find("Mesh shape: (1, 1, 2, 2)\n"), std::string::npos);
-  EXPECT_NE(run.out.find("[[[[0 1]\n   [2 3]]]]\n"), std::string::npos);
+  EXPECT_NE(run.out.find("Mesh shape: (1, 1, 1, 2, 2)\n"), std::string::npos);
+  EXPECT_NE(run.out.find("[[[[[0 1]\n    [2 3]]]]]\n"), std::string::npos);
 }
 
 TEST(MeshCommandTest, TpuTypesPlan) {
@@ -332,7 +333,7 @@ TEST(MeshCommandTest, TpuTypesPlan) {
   EXPECT_NE(run.out.find("TpuDevice(id=31, slice_index=3, host=1)] "
                          "(num_devices: 32)\n"),
             std::string::npos);
-  EXPECT_NE(run.out.find("Mesh shape: (4, 1, 8, 1)\n"), std::string::npos);
+  EXPECT_NE(run.out.find("Mesh shape: (1, 4, 1, 8, 1)\n"), std::string::npos);
 }
 
 TEST(MeshCommandTest, JsonObject) {
@@ -344,12 +345,13 @@ TEST(MeshCommandTest, JsonObject) {
   EXPECT_EQ(out["accelerator_type"], "cpu-2");
   EXPECT_EQ(out["num_slices"], 2);
   EXPECT_EQ(out["axis_names"],
-            nlohmann::json::parse(R"(["data", "stage", "fsdp", "tensor"])"));
-  EXPECT_EQ(out["shape"], nlohmann::json::parse("[1, 1, 4, 1]"));
-  EXPECT_EQ(out["ici_parallelism"], nlohmann::json::parse("[1, 1, 2, 1]"));
-  EXPECT_EQ(out["dcn_parallelism"], nlohmann::json::parse("[1, 1, 2, 1]"));
+            nlohmann::json::parse(
+                R"(["diloco", "data", "stage", "fsdp", "tensor"])"));
+  EXPECT_EQ(out["shape"], nlohmann::json::parse("[1, 1, 1, 4, 1]"));
+  EXPECT_EQ(out["ici_parallelism"], nlohmann::json::parse("[1, 1, 1, 2, 1]"));
+  EXPECT_EQ(out["dcn_parallelism"], nlohmann::json::parse("[1, 1, 1, 2, 1]"));
   EXPECT_EQ(out["device_ids"],
-            nlohmann::json::parse("[[[[0], [1], [2], [3]]]]"));
+            nlohmann::json::parse("[[[[[0], [1], [2], [3]]]]]"));
   ASSERT_EQ(out["devices"].size(), 4u);
   EXPECT_EQ(out["devices"][3],
             nlohmann::json::parse(

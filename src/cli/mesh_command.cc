@@ -71,8 +71,8 @@ Result<MeshPlan> Plan(const MeshOptions& options) {
   return plan;
 }
 
-// "(2, 1, 4, 1)" and "('data', 'stage', 'fsdp', 'tensor')": Python's tuple
-// repr.
+// "(1, 2, 1, 4, 1)" and "('diloco', 'data', 'stage', 'fsdp', 'tensor')":
+// Python's tuple repr.
 std::string Tuple(const std::vector<std::string>& items) {
   std::string text = "(";
   for (size_t i = 0; i < items.size(); ++i) {

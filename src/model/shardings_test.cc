@@ -123,7 +123,7 @@ int WorkerMain(int argc, char** argv) {
 struct MeshCase {
   const char* name;
   int slices, devices;
-  runtime::testing::AxisValues ici, dcn;  // data, stage, fsdp, tensor
+  runtime::testing::AxisValues ici, dcn;  // diloco, data, stage, fsdp, tensor
   // Empty: cpu-<devices>; else a TPU type run on CPU devices, one worker
   // process per host (v4-16: 2 hosts of 4 devices).
   const char* type = "";
@@ -150,22 +150,22 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(
         // clang-format off
         ::testing::Values(
-            MeshCase{"1x1", 1, 1, {1, 1, 1, 1}, {1, 1, 1, 1}},
-            MeshCase{"1x2_fsdp", 1, 2, {1, 1, 2, 1}, {1, 1, 1, 1}},
-            MeshCase{"1x2_tensor", 1, 2, {1, 1, 1, 2}, {1, 1, 1, 1}},
-            MeshCase{"1x2_data", 1, 2, {2, 1, 1, 1}, {1, 1, 1, 1}},
-            MeshCase{"1x4_fsdp2_tensor2", 1, 4, {1, 1, 2, 2}, {1, 1, 1, 1}},
-            MeshCase{"2x1_dcn_data", 2, 1, {1, 1, 1, 1}, {2, 1, 1, 1}},
-            MeshCase{"2x1_dcn_fsdp", 2, 1, {1, 1, 1, 1}, {1, 1, 2, 1}},
-            MeshCase{"2x2_dcn_data_ici_fsdp", 2, 2, {1, 1, 2, 1}, {2, 1, 1, 1}},
+            MeshCase{"1x1", 1, 1, {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1}},
+            MeshCase{"1x2_fsdp", 1, 2, {1, 1, 1, 2, 1}, {1, 1, 1, 1, 1}},
+            MeshCase{"1x2_tensor", 1, 2, {1, 1, 1, 1, 2}, {1, 1, 1, 1, 1}},
+            MeshCase{"1x2_data", 1, 2, {1, 2, 1, 1, 1}, {1, 1, 1, 1, 1}},
+            MeshCase{"1x4_fsdp2_tensor2", 1, 4, {1, 1, 1, 2, 2}, {1, 1, 1, 1, 1}},
+            MeshCase{"2x1_dcn_data", 2, 1, {1, 1, 1, 1, 1}, {1, 2, 1, 1, 1}},
+            MeshCase{"2x1_dcn_fsdp", 2, 1, {1, 1, 1, 1, 1}, {1, 1, 1, 2, 1}},
+            MeshCase{"2x2_dcn_data_ici_fsdp", 2, 2, {1, 1, 1, 2, 1}, {1, 2, 1, 1, 1}},
             MeshCase{"v4_16x1_fsdp_over_2_hosts", 1, 8,
-                     {1, 1, 8, 1}, {1, 1, 1, 1}, "v4-16"},
+                     {1, 1, 1, 8, 1}, {1, 1, 1, 1, 1}, "v4-16"},
             MeshCase{"v4_16x1_fsdp4_tensor2", 1, 8,
-                     {1, 1, 4, 2}, {1, 1, 1, 1}, "v4-16"},
+                     {1, 1, 1, 4, 2}, {1, 1, 1, 1, 1}, "v4-16"},
             MeshCase{"v4_16x2_dcn_data_ici_fsdp", 2, 8,
-                     {1, 1, 8, 1}, {2, 1, 1, 1}, "v4-16"},
+                     {1, 1, 1, 8, 1}, {1, 2, 1, 1, 1}, "v4-16"},
             MeshCase{"v4_16x2_dcn_fsdp_ici_data_fsdp_tensor", 2, 8,
-                     {2, 1, 2, 2}, {1, 1, 2, 1}, "v4-16"}),
+                     {1, 2, 1, 2, 2}, {1, 1, 1, 2, 1}, "v4-16"}),
         // clang-format on
         ::testing::Values("f32", "bf16")),
     [](const auto& info) {
@@ -197,7 +197,7 @@ TEST(ShardingsShapesTest, ParameterBytesPerDeviceDivideByFsdpTimesTensor) {
     EXPECT_EQ(s->rows * m.data * m.fsdp, s->batch);
   }
   // Each axis is the product of its two levels.
-  mesh::ParallelismConfig p{{1, 1, 2, 1}, {2, 1, 2, 2}};
+  mesh::ParallelismConfig p{{1, 1, 1, 2, 1}, {1, 2, 1, 2, 2}};
   auto s = ComputeShardingsShapes(config, p, 16);
   ASSERT_TRUE(s.ok()) << s.status().message();
   EXPECT_EQ(s->data, 2);
@@ -216,13 +216,13 @@ TEST(ShardingsShapesTest, SizesThatDoNotDivideAreRejected) {
   EXPECT_NE(s.status().message().find("--embedding_dimension 100"),
             std::string::npos)
       << s.status().message();
-  p.ici = {1, 1, 1, 3};
+  p.ici = {1, 1, 1, 1, 3};
   auto t = ComputeShardingsShapes(config, p, 3);
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("tensor parallelism 3"),
             std::string::npos);
   config.batch_size = 0;
-  p.ici = {1, 1, 1, 1};
+  p.ici = {1, 1, 1, 1, 1};
   EXPECT_FALSE(ComputeShardingsShapes(config, p, 1).ok());
 }
 
@@ -230,14 +230,14 @@ TEST(ShardingsShapesTest, SizesThatDoNotDivideAreRejected) {
 // refused, naming its key.
 TEST(ShardingsShapesTest, PipelineStagesAreRefused) {
   ShardingsConfig config;
-  mesh::ParallelismConfig ici_stages{{1, 2, 1, 1}, {1, 1, 1, 1}};
+  mesh::ParallelismConfig ici_stages{{1, 1, 2, 1, 1}, {1, 1, 1, 1, 1}};
   auto s = ComputeShardingsShapes(config, ici_stages, 2);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.status().message(),
             "ici_pipeline_parallelism=2: multislice shardings has no pipeline "
             "stages; expected 1");
-  mesh::ParallelismConfig dcn_stages{{1, 1, 2, 1}, {1, 3, 1, 1}};
+  mesh::ParallelismConfig dcn_stages{{1, 1, 1, 2, 1}, {1, 1, 3, 1, 1}};
   EXPECT_EQ(ComputeShardingsShapes(config, dcn_stages, 6).status().message(),
             "dcn_pipeline_parallelism=3: multislice shardings has no pipeline "
             "stages; expected 1");

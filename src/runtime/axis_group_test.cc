@@ -26,8 +26,8 @@ Fixture Make(int slices, int devices, const mesh::ParallelismConfig& config) {
 Fixture Make(int slices, int devices, std::array<int, 3> ici,
              std::array<int, 3> dcn) {
   return Make(slices, devices,
-              mesh::ParallelismConfig{{ici[0], 1, ici[1], ici[2]},
-                                      {dcn[0], 1, dcn[1], dcn[2]}});
+              mesh::ParallelismConfig{{1, ici[0], 1, ici[1], ici[2]},
+                                      {1, dcn[0], 1, dcn[1], dcn[2]}});
 }
 
 TEST(AxisGroupTest, PathFollowsWhereTheAxesLive) {
@@ -86,7 +86,8 @@ TEST(AxisGroupTest, MembersOfOneGroupAgreeOnTheKeys) {
 // Two pipeline stages across slices and fsdp 2 inside each: the stage
 // group of a device is the device at its position in the other slice.
 TEST(AxisGroupTest, StageAxisAcrossSlices) {
-  Fixture f = Make(2, 2, mesh::ParallelismConfig{{1, 1, 2, 1}, {1, 2, 1, 1}});
+  Fixture f =
+      Make(2, 2, mesh::ParallelismConfig{{1, 1, 1, 2, 1}, {1, 1, 2, 1, 1}});
   auto stage = MakeAxisGroup(f.mesh, f.devices, {"stage"}, 3);
   ASSERT_TRUE(stage.ok()) << stage.status().message();
   EXPECT_EQ(stage->members, (std::vector<int>{1, 3}));
@@ -111,8 +112,8 @@ TEST(AxisGroupTest, BadAxisNamesAreRejected) {
   auto unknown = MakeAxisGroup(f.mesh, f.devices, {"pipeline"}, 0);
   ASSERT_FALSE(unknown.ok());
   EXPECT_EQ(unknown.status().message(),
-            "unknown mesh axis 'pipeline': expected one of data, stage, fsdp, "
-            "tensor");
+            "unknown mesh axis 'pipeline': expected one of diloco, data, "
+            "stage, fsdp, tensor");
   auto twice = MakeAxisGroup(f.mesh, f.devices, {"fsdp", "fsdp"}, 0);
   ASSERT_FALSE(twice.ok());
   EXPECT_EQ(twice.status().code(), StatusCode::kInvalidArgument);

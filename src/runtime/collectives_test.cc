@@ -447,20 +447,20 @@ TEST_P(MultiHostCollectivesTest, EveryOpMatchesTheReferenceAcrossHosts) {
 }
 
 // v4-16: 2 hosts of 4 devices; v5litepod-16: 4 hosts of 4. ici and dcn:
-// data, stage, fsdp, tensor.
+// diloco, data, stage, fsdp, tensor.
 INSTANTIATE_TEST_SUITE_P(
     Slices, MultiHostCollectivesTest,
     ::testing::Values(
-        MultiHostCase{"v4-16", 1, {1, 1, 8, 1}, {1, 1, 1, 1}},
-        MultiHostCase{"v4-16", 1, {2, 1, 4, 1}, {1, 1, 1, 1}},
-        MultiHostCase{"v4-16", 1, {1, 1, 4, 2}, {1, 1, 1, 1}},
-        MultiHostCase{"v4-16", 2, {1, 1, 8, 1}, {2, 1, 1, 1}},
-        MultiHostCase{"v4-16", 2, {2, 1, 2, 2}, {1, 1, 2, 1}},
-        MultiHostCase{"v4-16", 3, {4, 1, 2, 1}, {3, 1, 1, 1}},
-        MultiHostCase{"v5litepod-16", 1, {1, 1, 4, 4}, {1, 1, 1, 1}},
-        MultiHostCase{"v5litepod-16", 2, {1, 1, 16, 1}, {2, 1, 1, 1}},
+        MultiHostCase{"v4-16", 1, {1, 1, 1, 8, 1}, {1, 1, 1, 1, 1}},
+        MultiHostCase{"v4-16", 1, {1, 2, 1, 4, 1}, {1, 1, 1, 1, 1}},
+        MultiHostCase{"v4-16", 1, {1, 1, 1, 4, 2}, {1, 1, 1, 1, 1}},
+        MultiHostCase{"v4-16", 2, {1, 1, 1, 8, 1}, {1, 2, 1, 1, 1}},
+        MultiHostCase{"v4-16", 2, {1, 2, 1, 2, 2}, {1, 1, 1, 2, 1}},
+        MultiHostCase{"v4-16", 3, {1, 4, 1, 2, 1}, {1, 3, 1, 1, 1}},
+        MultiHostCase{"v5litepod-16", 1, {1, 1, 1, 4, 4}, {1, 1, 1, 1, 1}},
+        MultiHostCase{"v5litepod-16", 2, {1, 1, 1, 16, 1}, {1, 2, 1, 1, 1}},
         // Two stages, one per host of the slice, fsdp inside each host.
-        MultiHostCase{"v4-16", 1, {1, 2, 4, 1}, {1, 1, 1, 1}}),
+        MultiHostCase{"v4-16", 1, {1, 1, 2, 4, 1}, {1, 1, 1, 1, 1}}),
     [](const ::testing::TestParamInfo<MultiHostCase>& info) {
       const MultiHostCase& c = info.param;
       std::string type = c.type;
@@ -476,7 +476,7 @@ TEST(CollectivesRedisTest, TwoSlicesMeetThroughRedis) {
   ASSERT_TRUE(redis.ready()) << "redis-server did not start";
   std::vector<std::string> args = {"--worker"};
   for (const std::string& v :
-       testing::ParallelismArgs({1, 1, 2, 1}, {2, 1, 1, 1})) {
+       testing::ParallelismArgs({1, 1, 1, 2, 1}, {1, 2, 1, 1, 1})) {
     args.push_back(v);
   }
   LaunchResult result = testing::RunSelfAsWorkers(2, 2, args, "redis-run",
@@ -484,22 +484,22 @@ TEST(CollectivesRedisTest, TwoSlicesMeetThroughRedis) {
   EXPECT_EQ(result.exit_code, 0) << "failed worker " << result.failed_worker;
 }
 
-// slices x devices; ici and dcn: data, stage, fsdp, tensor.
+// slices x devices; ici and dcn: diloco, data, stage, fsdp, tensor.
 INSTANTIATE_TEST_SUITE_P(
     Meshes, CollectivesTest,
-    ::testing::Values(MeshCase{1, 1, {1, 1, 1, 1}, {1, 1, 1, 1}},
-                      MeshCase{1, 2, {1, 1, 2, 1}, {1, 1, 1, 1}},
-                      MeshCase{2, 1, {1, 1, 1, 1}, {2, 1, 1, 1}},
-                      MeshCase{2, 2, {1, 1, 2, 1}, {2, 1, 1, 1}},
-                      MeshCase{2, 2, {2, 1, 1, 1}, {1, 1, 2, 1}},
-                      MeshCase{1, 4, {1, 1, 2, 2}, {1, 1, 1, 1}},
-                      MeshCase{2, 4, {1, 1, 2, 2}, {2, 1, 1, 1}},
-                      MeshCase{3, 2, {1, 1, 2, 1}, {3, 1, 1, 1}},
-                      MeshCase{4, 2, {1, 1, 1, 2}, {2, 1, 2, 1}},
+    ::testing::Values(MeshCase{1, 1, {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1}},
+                      MeshCase{1, 2, {1, 1, 1, 2, 1}, {1, 1, 1, 1, 1}},
+                      MeshCase{2, 1, {1, 1, 1, 1, 1}, {1, 2, 1, 1, 1}},
+                      MeshCase{2, 2, {1, 1, 1, 2, 1}, {1, 2, 1, 1, 1}},
+                      MeshCase{2, 2, {1, 2, 1, 1, 1}, {1, 1, 1, 2, 1}},
+                      MeshCase{1, 4, {1, 1, 1, 2, 2}, {1, 1, 1, 1, 1}},
+                      MeshCase{2, 4, {1, 1, 1, 2, 2}, {1, 2, 1, 1, 1}},
+                      MeshCase{3, 2, {1, 1, 1, 2, 1}, {1, 3, 1, 1, 1}},
+                      MeshCase{4, 2, {1, 1, 1, 1, 2}, {1, 2, 1, 2, 1}},
                       // Pipeline stages across slices, with fsdp inside.
-                      MeshCase{2, 2, {1, 1, 2, 1}, {1, 2, 1, 1}},
+                      MeshCase{2, 2, {1, 1, 1, 2, 1}, {1, 1, 2, 1, 1}},
                       // Stages inside a slice and data across slices.
-                      MeshCase{2, 2, {1, 2, 1, 1}, {2, 1, 1, 1}}),
+                      MeshCase{2, 2, {1, 1, 2, 1, 1}, {1, 2, 1, 1, 1}}),
     [](const ::testing::TestParamInfo<MeshCase>& info) {
       const MeshCase& c = info.param;
       return std::to_string(c.slices) + "x" + std::to_string(c.devices) +

@@ -531,18 +531,18 @@ TEST_P(CompressedAllReduceTest,
   EXPECT_EQ(result.exit_code, 0) << "failed worker " << result.failed_worker;
 }
 
-// ici and dcn: data, stage, fsdp, tensor. The three paths over 4 devices,
-// and 2 slices of v4-16 (2 hosts of 4 devices each), f32 between the
+// ici and dcn: diloco, data, stage, fsdp, tensor. The three paths over 4
+// devices, and 2 slices of v4-16 (2 hosts of 4 devices each), f32 between the
 // slice's hosts and compressed over DCN: 16 devices (4 on each host), and 4
 // (one on each host, stages across the hosts).
 INSTANTIATE_TEST_SUITE_P(
     Paths, CompressedAllReduceTest,
     ::testing::Values(
-        Case{"cpu-4", 1, {1, 1, 4, 1}, {1, 1, 1, 1}, "fsdp"},
-        Case{"cpu-1", 4, {1, 1, 1, 1}, {4, 1, 1, 1}, "data"},
-        Case{"cpu-2", 2, {1, 1, 2, 1}, {2, 1, 1, 1}, "data,fsdp"},
-        Case{"v4-16", 2, {1, 1, 8, 1}, {2, 1, 1, 1}, "data,fsdp"},
-        Case{"v4-16", 2, {1, 2, 4, 1}, {2, 1, 1, 1}, "data,stage"}),
+        Case{"cpu-4", 1, {1, 1, 1, 4, 1}, {1, 1, 1, 1, 1}, "fsdp"},
+        Case{"cpu-1", 4, {1, 1, 1, 1, 1}, {1, 4, 1, 1, 1}, "data"},
+        Case{"cpu-2", 2, {1, 1, 1, 2, 1}, {1, 2, 1, 1, 1}, "data,fsdp"},
+        Case{"v4-16", 2, {1, 1, 1, 8, 1}, {1, 2, 1, 1, 1}, "data,fsdp"},
+        Case{"v4-16", 2, {1, 1, 2, 4, 1}, {1, 2, 1, 1, 1}, "data,stage"}),
     [](const ::testing::TestParamInfo<Case>& info) {
       const Case& c = info.param;
       std::string name = c.type + "x" + std::to_string(c.slices) + "_" + c.axes;

@@ -58,7 +58,7 @@ inline LaunchResult RunSelfAsWorkers(int num_slices, int devices,
 }
 
 // One level of a parallelism configuration, by mesh::Axis.
-using AxisValues = std::array<int, mesh::kNumAxes>;
+using AxisValues = mesh::AxisSizes;
 
 // A worker's command-line form of a parallelism configuration: the ici
 // values, then the dcn values, each in axis order (data, stage, fsdp,

@@ -123,14 +123,14 @@ int WorkerMain(char** argv) {
   for (int a = 0; a < mesh::kNumAxes; ++a) {
     parallelism.ici[a] = std::atoi(argv[2 + a]);
   }
-  parallelism.dcn[mesh::kData] = std::atoi(argv[6]);
+  parallelism.dcn[mesh::kData] = std::atoi(argv[2 + mesh::kNumAxes]);
   return runtime::testing::RunDeviceChecks(parallelism, CheckOnDevice);
 }
 
 struct MeshCase {
   const char* name;
   int slices;
-  std::array<int, mesh::kNumAxes> ici;
+  mesh::AxisSizes ici;
 };
 
 class ModelStepTest : public ::testing::TestWithParam<MeshCase> {};
@@ -151,19 +151,20 @@ TEST_P(ModelStepTest, GradientAndMeanLossAreTheWholeModels) {
 
 INSTANTIATE_TEST_SUITE_P(
     Meshes, ModelStepTest,
-    ::testing::Values(MeshCase{"data2", 1, {2, 1, 1, 1}},
-                      MeshCase{"fsdp2", 1, {1, 1, 2, 1}},
-                      MeshCase{"tensor2", 1, {1, 1, 1, 2}},
-                      MeshCase{"stage2", 1, {1, 2, 1, 1}},
-                      MeshCase{"stage2_tensor2", 1, {1, 2, 1, 2}},
-                      MeshCase{"dcn_data2_fsdp2", 2, {1, 1, 2, 1}}),
+    ::testing::Values(MeshCase{"data2", 1, {1, 2, 1, 1, 1}},
+                      MeshCase{"fsdp2", 1, {1, 1, 1, 2, 1}},
+                      MeshCase{"tensor2", 1, {1, 1, 1, 1, 2}},
+                      MeshCase{"stage2", 1, {1, 1, 2, 1, 1}},
+                      MeshCase{"stage2_tensor2", 1, {1, 1, 2, 1, 2}},
+                      MeshCase{"dcn_data2_fsdp2", 2, {1, 1, 1, 2, 1}}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace multislice::train
 
 int main(int argc, char** argv) {
-  if (argc == 7 && std::string(argv[1]) == "--worker") {
+  if (argc == 3 + multislice::mesh::kNumAxes &&
+      std::string(argv[1]) == "--worker") {
     return multislice::train::WorkerMain(argv);
   }
   ::testing::InitGoogleTest(&argc, argv);

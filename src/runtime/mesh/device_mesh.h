@@ -45,8 +45,8 @@ Result<DeviceMesh> CreateHybridDeviceMesh(const std::vector<int>& ici_shape,
                                           const std::vector<Device>& devices);
 
 // The mesh of a resolved configuration over `devices`, with the axis names
-// kAxisNames (data, stage, fsdp, tensor), every axis even of size 1: hybrid
-// when there is more than one slice.
+// kAxisNames (diloco, data, stage, fsdp, tensor), every axis even of size 1:
+// hybrid when there is more than one slice.
 Result<DeviceMesh> MeshForConfig(const ParallelismConfig& resolved,
                                  const std::vector<Device>& devices);
 

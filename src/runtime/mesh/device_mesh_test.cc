@@ -206,73 +206,75 @@ TEST(CreateHybridDeviceMeshTest, Errors) {
       "number of axes");
 }
 
-// MeshForConfig's meshes have MaxText's four axes, data, stage, fsdp and
-// tensor, in that order, whichever of them have size 1.
-const std::vector<std::string> kMaxTextAxes = {"data", "stage", "fsdp",
-                                               "tensor"};
+// MeshForConfig's meshes have MaxText's five axes, diloco, data, stage,
+// fsdp and tensor, in that order, whichever of them have size 1.
+const std::vector<std::string> kMaxTextAxes = {"diloco", "data", "stage",
+                                               "fsdp", "tensor"};
 
 TEST(MeshForConfigTest, OneSliceIsAPlainMeshWithAxisNames) {
   ParallelismConfig config;
-  config.ici = {1, 1, 4, 1};
+  config.ici = {1, 1, 1, 4, 1};
   Result<DeviceMesh> mesh = MeshForConfig(config, Devices(1, 4));
   ASSERT_TRUE(mesh.ok()) << mesh.status().message();
   EXPECT_EQ(mesh->axis_names, kMaxTextAxes);
-  EXPECT_EQ(mesh->shape, (std::vector<int>{1, 1, 4, 1}));
-  EXPECT_EQ(mesh->dcn_shape, (std::vector<int>{1, 1, 1, 1}));
+  EXPECT_EQ(mesh->shape, (std::vector<int>{1, 1, 1, 4, 1}));
+  EXPECT_EQ(mesh->dcn_shape, (std::vector<int>{1, 1, 1, 1, 1}));
   EXPECT_EQ(mesh->device_ids, (std::vector<int>{0, 1, 2, 3}));
 }
 
 TEST(MeshForConfigTest, SeveralSlicesAreHybrid) {
   ParallelismConfig config;
-  config.ici = {1, 1, 4, 1};
-  config.dcn = {2, 1, 1, 1};
+  config.ici = {1, 1, 1, 4, 1};
+  config.dcn = {1, 2, 1, 1, 1};
   Result<DeviceMesh> mesh = MeshForConfig(config, Devices(2, 4));
   ASSERT_TRUE(mesh.ok()) << mesh.status().message();
   EXPECT_EQ(mesh->axis_names, kMaxTextAxes);
-  EXPECT_EQ(mesh->shape, (std::vector<int>{2, 1, 4, 1}));
-  EXPECT_EQ(mesh->ici_shape, (std::vector<int>{1, 1, 4, 1}));
-  EXPECT_EQ(mesh->dcn_shape, (std::vector<int>{2, 1, 1, 1}));
+  EXPECT_EQ(mesh->shape, (std::vector<int>{1, 2, 1, 4, 1}));
+  EXPECT_EQ(mesh->ici_shape, (std::vector<int>{1, 1, 1, 4, 1}));
+  EXPECT_EQ(mesh->dcn_shape, (std::vector<int>{1, 2, 1, 1, 1}));
   EXPECT_EQ(mesh->device_ids, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
   EXPECT_EQ(FormatDeviceArray(*mesh),
-            "[[[[0]\n   [1]\n   [2]\n   [3]]]\n\n\n"
-            " [[[4]\n   [5]\n   [6]\n   [7]]]]");
+            "[[[[[0]\n    [1]\n    [2]\n    [3]]]\n\n\n"
+            "  [[[4]\n    [5]\n    [6]\n    [7]]]]]");
 }
 
 // Two pipeline stages across DCN, fsdp 2 inside each slice: slice 0 is
 // stage 0 and slice 1 stage 1, whatever order the devices come in.
 TEST(MeshForConfigTest, StageAxisAcrossSlices) {
   ParallelismConfig config;
-  config.ici = {1, 1, 2, 1};
-  config.dcn = {1, 2, 1, 1};
+  config.ici = {1, 1, 1, 2, 1};
+  config.dcn = {1, 1, 2, 1, 1};
   const std::vector<Device> devices = Devices(2, 2);
   Result<DeviceMesh> mesh = MeshForConfig(config, Shuffled(devices, 3));
   ASSERT_TRUE(mesh.ok()) << mesh.status().message();
   EXPECT_EQ(mesh->axis_names, kMaxTextAxes);
-  EXPECT_EQ(mesh->shape, (std::vector<int>{1, 2, 2, 1}));
-  EXPECT_EQ(mesh->ici_shape, (std::vector<int>{1, 1, 2, 1}));
-  EXPECT_EQ(mesh->dcn_shape, (std::vector<int>{1, 2, 1, 1}));
+  EXPECT_EQ(mesh->shape, (std::vector<int>{1, 1, 2, 2, 1}));
+  EXPECT_EQ(mesh->ici_shape, (std::vector<int>{1, 1, 1, 2, 1}));
+  EXPECT_EQ(mesh->dcn_shape, (std::vector<int>{1, 1, 2, 1, 1}));
   for (const Device& d : devices) {
     Result<std::vector<int>> coords = mesh->coords_of(d.id);
     ASSERT_TRUE(coords.ok()) << d.id;
-    EXPECT_EQ(*coords, (std::vector<int>{0, d.slice_index, d.local_index, 0}))
+    EXPECT_EQ(*coords,
+              (std::vector<int>{0, 0, d.slice_index, d.local_index, 0}))
         << d.id;
   }
-  EXPECT_EQ(mesh->at({0, 0, 1, 0}), 1);
-  EXPECT_EQ(mesh->at({0, 1, 0, 0}), 2);
-  EXPECT_EQ(FormatDeviceArray(*mesh), "[[[[0]\n   [1]]\n\n  [[2]\n   [3]]]]");
+  EXPECT_EQ(mesh->at({0, 0, 0, 1, 0}), 1);
+  EXPECT_EQ(mesh->at({0, 0, 1, 0, 0}), 2);
+  EXPECT_EQ(FormatDeviceArray(*mesh),
+            "[[[[[0]\n    [1]]\n\n   [[2]\n    [3]]]]]");
 }
 
 TEST(MeshForConfigTest, DcnAxesWithoutSlicesFail) {
   ParallelismConfig config;
-  config.ici = {1, 1, 4, 1};
-  config.dcn = {2, 1, 1, 1};
+  config.ici = {1, 1, 1, 4, 1};
+  config.dcn = {1, 2, 1, 1, 1};
   EXPECT_EQ(MeshForConfig(config, Devices(1, 4)).status().message(),
             "Number of slices 1 must equal the product of dcn_mesh_shape "
-            "(2, 1, 1, 1)");
-  config.dcn = {1, 2, 1, 1};
+            "(1, 2, 1, 1, 1)");
+  config.dcn = {1, 1, 2, 1, 1};
   EXPECT_EQ(MeshForConfig(config, Devices(1, 4)).status().message(),
             "Number of slices 1 must equal the product of dcn_mesh_shape "
-            "(1, 2, 1, 1)");
+            "(1, 1, 2, 1, 1)");
 }
 
 // Expected strings are numpy 1.24's str() of the same arrays.

@@ -41,13 +41,13 @@ struct MultiHostCase {
   std::string type;
   int num_slices;
   ParallelismConfig requested;
-  int chips;                      // per slice
-  int hosts_per_slice;            // worker VMs per slice
-  std::array<int, kNumAxes> ici;  // resolved: data, stage, fsdp, tensor
-  std::array<int, kNumAxes> dcn;
+  int chips;            // per slice
+  int hosts_per_slice;  // worker VMs per slice
+  AxisSizes ici;        // resolved: diloco, data, stage, fsdp, tensor
+  AxisSizes dcn;
 };
 
-std::string Joined(const std::array<int, kNumAxes>& values) {
+std::string Joined(const AxisSizes& values) {
   std::string text;
   for (int v : values) text += (text.empty() ? "" : ", ") + std::to_string(v);
   return text;
@@ -59,16 +59,15 @@ void PrintTo(const MultiHostCase& c, std::ostream* os) {
       << "), dcn (" << Joined(c.dcn) << ")";
 }
 
-int ProductOf(const std::array<int, kNumAxes>& values) {
+int ProductOf(const AxisSizes& values) {
   int p = 1;
   for (int v : values) p *= v;
   return p;
 }
 
 // The row-major digits of `index` over `shape`, and back.
-std::array<int, kNumAxes> Digits(int index,
-                                 const std::array<int, kNumAxes>& shape) {
-  std::array<int, kNumAxes> digits{};
+AxisSizes Digits(int index, const AxisSizes& shape) {
+  AxisSizes digits;
   for (int a = kNumAxes - 1; a >= 0; --a) {
     digits[a] = index % shape[a];
     index /= shape[a];
@@ -76,8 +75,7 @@ std::array<int, kNumAxes> Digits(int index,
   return digits;
 }
 
-int RowMajor(const std::array<int, kNumAxes>& digits,
-             const std::array<int, kNumAxes>& shape) {
+int RowMajor(const AxisSizes& digits, const AxisSizes& shape) {
   int index = 0;
   for (int a = 0; a < kNumAxes; ++a) index = index * shape[a] + digits[a];
   return index;
@@ -115,7 +113,7 @@ struct ReferenceDevice {
 };
 
 struct Reference {
-  std::array<int, kNumAxes> shape;         // dcn[i] * ici[i]
+  AxisSizes shape;                         // dcn[i] * ici[i]
   std::vector<int> mesh_ids;               // row-major over shape
   std::map<int, ReferenceDevice> devices;  // by id
   // Process index -> the ids of the chips of its host, in id order.
@@ -153,17 +151,17 @@ Reference BuildReference(const MultiHostCase& c) {
   // The global array, tile by tile: slice k's tile is at the row-major
   // digits of k over dcn, and the slice's own mesh (its devices in id order,
   // reshaped to ici) fills it.
-  const std::array<int, kNumAxes>& ici = c.ici;
-  const std::array<int, kNumAxes>& dcn = c.dcn;
+  const AxisSizes& ici = c.ici;
+  const AxisSizes& dcn = c.dcn;
   for (int a = 0; a < kNumAxes; ++a) ref.shape[a] = dcn[a] * ici[a];
   ref.mesh_ids.assign(ProductOf(ref.shape), -1);
   for (int slice = 0; slice < c.num_slices; ++slice) {
-    const std::array<int, kNumAxes> tile = Digits(slice, dcn);
+    const AxisSizes tile = Digits(slice, dcn);
     std::vector<int> ids = slice_ids[slice];
     std::sort(ids.begin(), ids.end());
     for (int p = 0; p < ProductOf(ici); ++p) {
-      const std::array<int, kNumAxes> inside = Digits(p, ici);
-      std::array<int, kNumAxes> global;
+      const AxisSizes inside = Digits(p, ici);
+      AxisSizes global;
       for (int a = 0; a < kNumAxes; ++a) {
         global[a] = tile[a] * ici[a] + inside[a];
       }
@@ -178,57 +176,57 @@ Reference BuildReference(const MultiHostCase& c) {
 // clang-format off
 const MultiHostCase kCases[] = {
     // v4-16: 8 chips, 2 hosts. One slice: the plain (non-hybrid) path.
-    {"v4-16", 1, {{1, 1, -1, 1}, {1, 1, 1, 1}},
-     8, 2, {1, 1, 8, 1}, {1, 1, 1, 1}},
-    {"v4-16", 2, {{1, 1, 4, 2}, {2, 1, 1, 1}},
-     8, 2, {1, 1, 4, 2}, {2, 1, 1, 1}},
+    {"v4-16", 1, {{1, 1, 1, -1, 1}, {1, 1, 1, 1, 1}},
+     8, 2, {1, 1, 1, 8, 1}, {1, 1, 1, 1, 1}},
+    {"v4-16", 2, {{1, 1, 1, 4, 2}, {1, 2, 1, 1, 1}},
+     8, 2, {1, 1, 1, 4, 2}, {1, 2, 1, 1, 1}},
     // v4-32: 16 chips, 4 hosts.
-    {"v4-32", 2, {{2, 1, 4, 2}, {1, 1, 2, 1}},
-     16, 4, {2, 1, 4, 2}, {1, 1, 2, 1}},
-    {"v4-32", 3, {{1, 1, 16, 1}, {-1, 1, 1, 1}},
-     16, 4, {1, 1, 16, 1}, {3, 1, 1, 1}},
+    {"v4-32", 2, {{1, 2, 1, 4, 2}, {1, 1, 1, 2, 1}},
+     16, 4, {1, 2, 1, 4, 2}, {1, 1, 1, 2, 1}},
+    {"v4-32", 3, {{1, 1, 1, 16, 1}, {1, -1, 1, 1, 1}},
+     16, 4, {1, 1, 1, 16, 1}, {1, 3, 1, 1, 1}},
     // v4-64: 32 chips, 8 hosts; DCN on two axes.
-    {"v4-64", 4, {{1, 1, 32, 1}, {2, 1, 1, 2}},
-     32, 8, {1, 1, 32, 1}, {2, 1, 1, 2}},
+    {"v4-64", 4, {{1, 1, 1, 32, 1}, {1, 2, 1, 1, 2}},
+     32, 8, {1, 1, 1, 32, 1}, {1, 2, 1, 1, 2}},
     // The seed's run: 2 x v5litepod-16, dcn_data=2, ici_fsdp=16.
-    {"v5litepod-16", 2, {{1, 1, 16, 1}, {2, 1, 1, 1}},
-     16, 4, {1, 1, 16, 1}, {2, 1, 1, 1}},
-    {"v5litepod-16", 3, {{1, 1, 4, 4}, {3, 1, 1, 1}},
-     16, 4, {1, 1, 4, 4}, {3, 1, 1, 1}},
+    {"v5litepod-16", 2, {{1, 1, 1, 16, 1}, {1, 2, 1, 1, 1}},
+     16, 4, {1, 1, 1, 16, 1}, {1, 2, 1, 1, 1}},
+    {"v5litepod-16", 3, {{1, 1, 1, 4, 4}, {1, 3, 1, 1, 1}},
+     16, 4, {1, 1, 1, 4, 4}, {1, 3, 1, 1, 1}},
     // v5litepod-32: 32 chips, 8 hosts.
-    {"v5litepod-32", 1, {{2, 1, 16, 1}, {1, 1, 1, 1}},
-     32, 8, {2, 1, 16, 1}, {1, 1, 1, 1}},
-    {"v5litepod-32", 2, {{1, 1, 8, 4}, {2, 1, 1, 1}},
-     32, 8, {1, 1, 8, 4}, {2, 1, 1, 1}},
+    {"v5litepod-32", 1, {{1, 2, 1, 16, 1}, {1, 1, 1, 1, 1}},
+     32, 8, {1, 2, 1, 16, 1}, {1, 1, 1, 1, 1}},
+    {"v5litepod-32", 2, {{1, 1, 1, 8, 4}, {1, 2, 1, 1, 1}},
+     32, 8, {1, 1, 1, 8, 4}, {1, 2, 1, 1, 1}},
     // v5litepod-8: 8 chips on one host (the largest one-host size).
-    {"v5litepod-8", 2, {{2, 1, 4, 1}, {1, 1, 2, 1}},
-     8, 1, {2, 1, 4, 1}, {1, 1, 2, 1}},
+    {"v5litepod-8", 2, {{1, 2, 1, 4, 1}, {1, 1, 1, 2, 1}},
+     8, 1, {1, 2, 1, 4, 1}, {1, 1, 1, 2, 1}},
     // v5p-32: 16 chips, 4 hosts; four slices as 2 x 2 over DCN.
-    {"v5p-32", 4, {{1, 1, -1, 2}, {2, 1, 2, 1}},
-     16, 4, {1, 1, 8, 2}, {2, 1, 2, 1}},
+    {"v5p-32", 4, {{1, 1, 1, -1, 2}, {1, 2, 1, 2, 1}},
+     16, 4, {1, 1, 1, 8, 2}, {1, 2, 1, 2, 1}},
     // v5p-64: 32 chips, 8 hosts.
-    {"v5p-64", 3, {{-1, 1, 4, 2}, {1, 1, 3, 1}},
-     32, 8, {4, 1, 4, 2}, {1, 1, 3, 1}},
+    {"v5p-64", 3, {{1, -1, 1, 4, 2}, {1, 1, 1, 3, 1}},
+     32, 8, {1, 4, 1, 4, 2}, {1, 1, 1, 3, 1}},
     // v6e-16: 16 chips, 4 hosts; all of DCN on tensor.
-    {"v6e-16", 4, {{2, 1, 2, 4}, {1, 1, 1, -1}},
-     16, 4, {2, 1, 2, 4}, {1, 1, 1, 4}},
+    {"v6e-16", 4, {{1, 2, 1, 2, 4}, {1, 1, 1, 1, -1}},
+     16, 4, {1, 2, 1, 2, 4}, {1, 1, 1, 1, 4}},
     // v6e-32: 32 chips, 8 hosts.
-    {"v6e-32", 2, {{1, 1, 8, 4}, {1, 1, 2, 1}},
-     32, 8, {1, 1, 8, 4}, {1, 1, 2, 1}},
+    {"v6e-32", 2, {{1, 1, 1, 8, 4}, {1, 1, 1, 2, 1}},
+     32, 8, {1, 1, 1, 8, 4}, {1, 1, 1, 2, 1}},
     // v6e-64: 64 chips, 16 hosts.
-    {"v6e-64", 2, {{4, 1, 16, 1}, {1, 1, 1, 2}},
-     64, 16, {4, 1, 16, 1}, {1, 1, 1, 2}},
+    {"v6e-64", 2, {{1, 4, 1, 16, 1}, {1, 1, 1, 1, 2}},
+     64, 16, {1, 4, 1, 16, 1}, {1, 1, 1, 1, 2}},
     // v6e-128: 128 chips, 32 hosts.
-    {"v6e-128", 2, {{1, 1, 32, 4}, {2, 1, 1, 1}},
-     128, 32, {1, 1, 32, 4}, {2, 1, 1, 1}},
+    {"v6e-128", 2, {{1, 1, 1, 32, 4}, {1, 2, 1, 1, 1}},
+     128, 32, {1, 1, 1, 32, 4}, {1, 2, 1, 1, 1}},
     // Pipeline stages: across slices, across the hosts of a slice, and on
     // both levels with the -1 on the stage axis.
-    {"v4-16", 2, {{1, 1, 8, 1}, {1, 2, 1, 1}},
-     8, 2, {1, 1, 8, 1}, {1, 2, 1, 1}},
-    {"v6e-16", 1, {{1, 4, -1, 1}, {1, 1, 1, 1}},
-     16, 4, {1, 4, 4, 1}, {1, 1, 1, 1}},
-    {"v5litepod-16", 4, {{1, -1, 4, 2}, {2, 2, 1, 1}},
-     16, 4, {1, 2, 4, 2}, {2, 2, 1, 1}},
+    {"v4-16", 2, {{1, 1, 1, 8, 1}, {1, 1, 2, 1, 1}},
+     8, 2, {1, 1, 1, 8, 1}, {1, 1, 2, 1, 1}},
+    {"v6e-16", 1, {{1, 1, 4, -1, 1}, {1, 1, 1, 1, 1}},
+     16, 4, {1, 1, 4, 4, 1}, {1, 1, 1, 1, 1}},
+    {"v5litepod-16", 4, {{1, 1, -1, 4, 2}, {1, 2, 2, 1, 1}},
+     16, 4, {1, 1, 2, 4, 2}, {1, 2, 2, 1, 1}},
 };
 // clang-format on
 
@@ -301,8 +299,9 @@ TEST_P(MultiHostMeshTest, TypeAndResolvedParallelism) {
 
 TEST_P(MultiHostMeshTest, MeshMatchesTiledSliceMeshes) {
   const MultiHostCase& c = GetParam();
-  EXPECT_EQ(mesh_.axis_names,
-            (std::vector<std::string>{"data", "stage", "fsdp", "tensor"}));
+  EXPECT_EQ(
+      mesh_.axis_names,
+      (std::vector<std::string>{"diloco", "data", "stage", "fsdp", "tensor"}));
   EXPECT_EQ(mesh_.shape,
             std::vector<int>(ref_.shape.begin(), ref_.shape.end()));
   EXPECT_EQ(mesh_.ici_shape, std::vector<int>(c.ici.begin(), c.ici.end()));
@@ -310,11 +309,12 @@ TEST_P(MultiHostMeshTest, MeshMatchesTiledSliceMeshes) {
   ASSERT_EQ(mesh_.device_ids.size(), ref_.mesh_ids.size());
   // Coordinate by coordinate, so that a failure names where.
   for (int cell = 0; cell < static_cast<int>(ref_.mesh_ids.size()); ++cell) {
-    const std::array<int, kNumAxes> digits = Digits(cell, ref_.shape);
+    const AxisSizes digits = Digits(cell, ref_.shape);
     const std::vector<int> coords(digits.begin(), digits.end());
     const int want = ref_.mesh_ids[cell];
     ASSERT_EQ(mesh_.at(coords), want)
-        << "at (data, stage, fsdp, tensor) = (" << Joined(digits) << ")";
+        << "at (diloco, data, stage, fsdp, tensor) = (" << Joined(digits)
+        << ")";
     Result<std::vector<int>> got = mesh_.coords_of(want);
     ASSERT_TRUE(got.ok());
     EXPECT_EQ(*got, coords);
@@ -416,10 +416,10 @@ TEST(MultiHostMeshWrittenOutTest, SeedTwoV5litepod16DcnData2IciFsdp16) {
   Result<AcceleratorType> type = ParseAcceleratorType("v5litepod-16");
   ASSERT_TRUE(type.ok());
   const std::vector<Device> devices = MakeDevices(*type, 2);
-  Result<DeviceMesh> mesh =
-      MeshForConfig(ParallelismConfig{{1, 1, 16, 1}, {2, 1, 1, 1}}, devices);
+  Result<DeviceMesh> mesh = MeshForConfig(
+      ParallelismConfig{{1, 1, 1, 16, 1}, {1, 2, 1, 1, 1}}, devices);
   ASSERT_TRUE(mesh.ok()) << mesh.status().message();
-  EXPECT_EQ(mesh->shape, (std::vector<int>{2, 1, 16, 1}));
+  EXPECT_EQ(mesh->shape, (std::vector<int>{1, 2, 1, 16, 1}));
   std::vector<int> want;
   for (int id = 0; id < 32; ++id) want.push_back(id);
   EXPECT_EQ(mesh->device_ids, want);
@@ -439,18 +439,18 @@ TEST(MultiHostMeshWrittenOutTest, TwoV4x16DcnFsdp2IciFsdp4Tensor2) {
   Result<AcceleratorType> type = ParseAcceleratorType("v4-16");
   ASSERT_TRUE(type.ok());
   const std::vector<Device> devices = MakeDevices(*type, 2);
-  Result<DeviceMesh> mesh =
-      MeshForConfig(ParallelismConfig{{1, 1, 4, 2}, {1, 1, 2, 1}}, devices);
+  Result<DeviceMesh> mesh = MeshForConfig(
+      ParallelismConfig{{1, 1, 1, 4, 2}, {1, 1, 1, 2, 1}}, devices);
   ASSERT_TRUE(mesh.ok()) << mesh.status().message();
   EXPECT_EQ(FormatDeviceArray(*mesh),
-            "[[[[ 0  1]\n"
-            "   [ 2  3]\n"
-            "   [ 4  5]\n"
-            "   [ 6  7]\n"
-            "   [ 8  9]\n"
-            "   [10 11]\n"
-            "   [12 13]\n"
-            "   [14 15]]]]");
+            "[[[[[ 0  1]\n"
+            "    [ 2  3]\n"
+            "    [ 4  5]\n"
+            "    [ 6  7]\n"
+            "    [ 8  9]\n"
+            "    [10 11]\n"
+            "    [12 13]\n"
+            "    [14 15]]]]]");
   // Devices 0-3: slice 0 host 0 (process 0), 4-7: slice 0 host 1 (process
   // 1), 8-11: slice 1 host 0 (process 2), 12-15: slice 1 host 1 (process 3).
   for (const Device& d : devices) {

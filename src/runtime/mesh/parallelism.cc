@@ -13,7 +13,7 @@ namespace {
 // Product of the values other than -1, saturating instead of overflowing:
 // four ints can exceed int64, and such a product never matches a device
 // count anyway.
-int64_t ProductOfSpecified(const std::array<int, kNumAxes>& values) {
+int64_t ProductOfSpecified(const AxisSizes& values) {
   int64_t product = 1;
   for (int v : values) {
     if (v == -1) continue;
@@ -28,9 +28,8 @@ int64_t ProductOfSpecified(const std::array<int, kNumAxes>& values) {
 // Fills the -1 of one level and checks its product against `target`, in
 // MaxText's order. `type` is "ICI" or "DCN"; `target_word` is "devices per
 // slice" or "slices". `only_one_slice` turns on the single-slice DCN check.
-Status FillLevel(std::array<int, kNumAxes>& values, int64_t target,
-                 const std::string& type, const std::string& target_word,
-                 bool only_one_slice) {
+Status FillLevel(AxisSizes& values, int64_t target, const std::string& type,
+                 const std::string& target_word, bool only_one_slice) {
   int unspecified = 0;
   int unspecified_index = -1;
   for (int i = 0; i < kNumAxes; ++i) {
@@ -75,8 +74,7 @@ Status FillLevel(std::array<int, kNumAxes>& values, int64_t target,
 
 Status CheckParallelismValues(const ParallelismConfig& config) {
   for (int level = 0; level < 2; ++level) {
-    const std::array<int, kNumAxes>& values =
-        level == 0 ? config.ici : config.dcn;
+    const AxisSizes& values = level == 0 ? config.ici : config.dcn;
     for (int i = 0; i < kNumAxes; ++i) {
       if (values[i] == 0 || values[i] < -1) {
         return InvalidArgument(std::string(level == 0 ? "ici_" : "dcn_") +

@@ -5,24 +5,52 @@
 
 #include <array>
 #include <string>
+#include <type_traits>
 
 #include "common/status.h"
 
 namespace multislice::mesh {
 
-// Axis order of every mesh, MaxText's: data, stage, fsdp, tensor. The stage
-// axis holds pipeline stages; its keys are MaxText's *_pipeline_parallelism.
-enum Axis : int { kData = 0, kStage = 1, kFsdp = 2, kTensor = 3 };
-inline constexpr int kNumAxes = 4;
+// Axis order of every mesh, MaxText's: diloco, data, stage, fsdp, tensor.
+// The diloco axis holds DiLoCo's replicas (train/diloco.h): each trains on
+// its own with the axes after it and they meet only every sync period. The
+// stage axis holds pipeline stages; its keys are MaxText's
+// *_pipeline_parallelism.
+enum Axis : int { kDiloco = 0, kData = 1, kStage = 2, kFsdp = 3, kTensor = 4 };
+inline constexpr int kNumAxes = 5;
 inline constexpr std::array<const char*, kNumAxes> kAxisNames = {
-    "data", "stage", "fsdp", "tensor"};
+    "diloco", "data", "stage", "fsdp", "tensor"};
 // The word of each axis in its keys: ici_<word>_parallelism.
 inline constexpr std::array<const char*, kNumAxes> kAxisKeyWords = {
-    "data", "pipeline", "fsdp", "tensor"};
+    "diloco", "data", "pipeline", "fsdp", "tensor"};
+
+// One level's sizes, by Axis: all ones, or exactly kNumAxes values in axis
+// order. A brace list of any other length does not compile (a std::array
+// would fill the missing axes with 0 without a word).
+class AxisSizes {
+ public:
+  constexpr AxisSizes() { values_.fill(1); }
+  template <typename... V>
+  requires(sizeof...(V) == kNumAxes && (std::is_convertible_v<V, int> &&
+                                        ...)) constexpr AxisSizes(V... values)
+      : values_{static_cast<int>(values)...} {}
+
+  constexpr int& operator[](int axis) { return values_[axis]; }
+  constexpr int operator[](int axis) const { return values_[axis]; }
+  static constexpr size_t size() { return kNumAxes; }
+  auto begin() { return values_.begin(); }
+  auto end() { return values_.end(); }
+  auto begin() const { return values_.begin(); }
+  auto end() const { return values_.end(); }
+  bool operator==(const AxisSizes&) const = default;
+
+ private:
+  std::array<int, kNumAxes> values_;
+};
 
 struct ParallelismConfig {
-  std::array<int, kNumAxes> ici = {1, 1, 1, 1};  // by Axis
-  std::array<int, kNumAxes> dcn = {1, 1, 1, 1};
+  AxisSizes ici;  // by Axis
+  AxisSizes dcn;
   // The devices along an axis over both levels (of a resolved config).
   int size(Axis a) const { return ici[a] * dcn[a]; }
 };

@@ -8,13 +8,11 @@ namespace multislice::mesh {
 namespace {
 
 // The tests below were written for the axes data, fsdp and tensor: each
-// takes three values per level, and the stage axis between data and fsdp
-// is 1.
+// takes three values per level, and the diloco axis before them and the
+// stage axis between data and fsdp are 1.
 using Dft = std::array<int, 3>;
 
-std::array<int, kNumAxes> WithStage1(const Dft& v) {
-  return {v[0], 1, v[1], v[2]};
-}
+AxisSizes WithStage1(const Dft& v) { return {1, v[0], 1, v[1], v[2]}; }
 
 ParallelismConfig Config(const Dft& ici, const Dft& dcn) {
   ParallelismConfig config;
@@ -24,8 +22,7 @@ ParallelismConfig Config(const Dft& ici, const Dft& dcn) {
 }
 
 void ExpectResolved(const ParallelismConfig& config, int devices_per_slice,
-                    int num_slices, std::array<int, kNumAxes> want_ici,
-                    std::array<int, kNumAxes> want_dcn) {
+                    int num_slices, AxisSizes want_ici, AxisSizes want_dcn) {
   Result<ParallelismConfig> r =
       ResolveParallelism(config, devices_per_slice, num_slices);
   ASSERT_TRUE(r.ok()) << r.status().message();
@@ -55,55 +52,58 @@ void ExpectError(Dft ici, Dft dcn, int devices_per_slice, int num_slices,
 
 TEST(ParallelismTest, AxisNames) {
   // MaxText's mesh_axes order, with the stage axis's keys named pipeline.
-  EXPECT_EQ(kNumAxes, 4);
+  EXPECT_EQ(kNumAxes, 5);
+  EXPECT_STREQ(kAxisNames[kDiloco], "diloco");
   EXPECT_STREQ(kAxisNames[kData], "data");
   EXPECT_STREQ(kAxisNames[kStage], "stage");
   EXPECT_STREQ(kAxisNames[kFsdp], "fsdp");
   EXPECT_STREQ(kAxisNames[kTensor], "tensor");
-  EXPECT_EQ(kData, 0);
-  EXPECT_EQ(kStage, 1);
-  EXPECT_EQ(kFsdp, 2);
-  EXPECT_EQ(kTensor, 3);
+  EXPECT_EQ(kDiloco, 0);
+  EXPECT_EQ(kData, 1);
+  EXPECT_EQ(kStage, 2);
+  EXPECT_EQ(kFsdp, 3);
+  EXPECT_EQ(kTensor, 4);
+  EXPECT_STREQ(kAxisKeyWords[kDiloco], "diloco");
   EXPECT_STREQ(kAxisKeyWords[kData], "data");
   EXPECT_STREQ(kAxisKeyWords[kStage], "pipeline");
   EXPECT_STREQ(kAxisKeyWords[kFsdp], "fsdp");
   EXPECT_STREQ(kAxisKeyWords[kTensor], "tensor");
   // Defaults: one device along every axis.
   const ParallelismConfig defaults;
-  EXPECT_EQ(defaults.ici, (std::array<int, kNumAxes>{1, 1, 1, 1}));
-  EXPECT_EQ(defaults.dcn, (std::array<int, kNumAxes>{1, 1, 1, 1}));
+  EXPECT_EQ(defaults.ici, (AxisSizes{1, 1, 1, 1, 1}));
+  EXPECT_EQ(defaults.dcn, (AxisSizes{1, 1, 1, 1, 1}));
 }
 
 // The stage axis resolves like any other: a -1 beside it is filled with
 // what it and the rest leave, and size() multiplies both levels.
 TEST(ParallelismTest, StageAxis) {
-  ExpectResolved(ParallelismConfig{{1, 2, -1, 1}, {1, 1, 1, 1}}, 8, 1,
-                 {1, 2, 4, 1}, {1, 1, 1, 1});
-  ExpectResolved(ParallelismConfig{{1, -1, 2, 1}, {1, 1, 1, 1}}, 8, 1,
-                 {1, 4, 2, 1}, {1, 1, 1, 1});
-  ExpectResolved(ParallelismConfig{{1, 1, 4, 1}, {1, -1, 1, 1}}, 4, 3,
-                 {1, 1, 4, 1}, {1, 3, 1, 1});
-  Result<ParallelismConfig> r =
-      ResolveParallelism(ParallelismConfig{{2, 2, -1, 1}, {1, 2, 1, 1}}, 8, 2);
+  ExpectResolved(ParallelismConfig{{1, 1, 2, -1, 1}, {1, 1, 1, 1, 1}}, 8, 1,
+                 {1, 1, 2, 4, 1}, {1, 1, 1, 1, 1});
+  ExpectResolved(ParallelismConfig{{1, 1, -1, 2, 1}, {1, 1, 1, 1, 1}}, 8, 1,
+                 {1, 1, 4, 2, 1}, {1, 1, 1, 1, 1});
+  ExpectResolved(ParallelismConfig{{1, 1, 1, 4, 1}, {1, 1, -1, 1, 1}}, 4, 3,
+                 {1, 1, 1, 4, 1}, {1, 1, 3, 1, 1});
+  Result<ParallelismConfig> r = ResolveParallelism(
+      ParallelismConfig{{1, 2, 2, -1, 1}, {1, 1, 2, 1, 1}}, 8, 2);
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->size(kData), 2);
   EXPECT_EQ(r->size(kStage), 4);
   EXPECT_EQ(r->size(kFsdp), 2);
   EXPECT_EQ(r->size(kTensor), 1);
   // Its values count in the products, the -1 count and the one-slice check.
-  ExpectError(ParallelismConfig{{1, 2, 4, 1}, {1, 1, 1, 1}}, 4, 1,
+  ExpectError(ParallelismConfig{{1, 1, 2, 4, 1}, {1, 1, 1, 1, 1}}, 4, 1,
               "Number of devices per slice 4 does not match the product of "
               "the ICI parallelism 8");
-  ExpectError(ParallelismConfig{{1, -1, -1, 1}, {1, 1, 1, 1}}, 4, 1,
+  ExpectError(ParallelismConfig{{1, 1, -1, -1, 1}, {1, 1, 1, 1, 1}}, 4, 1,
               "Found unspecified values (-1) for more than one ICI "
               "parallelism axis. At most one axis can be unspecified.");
-  ExpectError(ParallelismConfig{{1, 1, 4, 1}, {1, 2, 1, 1}}, 4, 1,
+  ExpectError(ParallelismConfig{{1, 1, 1, 4, 1}, {1, 1, 2, 1, 1}}, 4, 1,
               "DCN parallelism requested but only one slice available.");
   // A bad value names MaxText's key of the axis.
-  ExpectError(ParallelismConfig{{1, 0, 4, 1}, {1, 1, 1, 1}}, 4, 1,
+  ExpectError(ParallelismConfig{{1, 1, 0, 4, 1}, {1, 1, 1, 1, 1}}, 4, 1,
               "ici_pipeline_parallelism must be a positive integer or -1, "
               "got 0");
-  ExpectError(ParallelismConfig{{1, 1, 4, 1}, {1, -3, 1, 1}}, 4, 2,
+  ExpectError(ParallelismConfig{{1, 1, 1, 4, 1}, {1, 1, -3, 1, 1}}, 4, 2,
               "dcn_pipeline_parallelism must be a positive integer or -1, "
               "got -3");
 }
