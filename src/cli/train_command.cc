@@ -57,10 +57,12 @@ int Fail(const Status& s) {
 
 mesh::ParallelismConfig Parallelism(const TrainConfig& c) {
   mesh::ParallelismConfig p;
-  p.ici = {c.ici_data_parallelism, c.ici_pipeline_parallelism,
-           c.ici_fsdp_parallelism, c.ici_tensor_parallelism};
-  p.dcn = {c.dcn_data_parallelism, c.dcn_pipeline_parallelism,
-           c.dcn_fsdp_parallelism, c.dcn_tensor_parallelism};
+  p.ici = {c.ici_diloco_parallelism, c.ici_data_parallelism,
+           c.ici_pipeline_parallelism, c.ici_fsdp_parallelism,
+           c.ici_tensor_parallelism};
+  p.dcn = {c.dcn_diloco_parallelism, c.dcn_data_parallelism,
+           c.dcn_pipeline_parallelism, c.dcn_fsdp_parallelism,
+           c.dcn_tensor_parallelism};
   return p;
 }
 
@@ -410,10 +412,15 @@ int Run(const TrainFlags& flags) {
                                 std::to_string(resolved->dcn[mesh::kTensor]) +
                                 "): " + s.message()));
   }
-  // The pipeline checks again with the -1 axes filled.
+  // The pipeline and DiLoCo check again with the -1 axes filled.
   if (Status s = CheckPipelineSplit(config, resolved->ici[mesh::kStage],
                                     resolved->dcn[mesh::kStage],
                                     resolved->size(mesh::kTensor));
+      !s.ok()) {
+    return Fail(s);
+  }
+  if (Status s = CheckDilocoReplicas(config, resolved->ici[mesh::kDiloco],
+                                     resolved->dcn[mesh::kDiloco]);
       !s.ok()) {
     return Fail(s);
   }

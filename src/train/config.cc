@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/suggest.h"
+#include "runtime/wire.h"
 #include "train/pipeline_schedule.h"
 
 namespace multislice {
@@ -47,6 +48,8 @@ const Field kFields[] = {
      "sequences per device per step"},
     {"max_target_length", &TrainConfig::max_target_length,
      "tokens per sequence"},
+    {"ici_diloco_parallelism", &TrainConfig::ici_diloco_parallelism,
+     "DiLoCo replicas within a slice (needs enable_diloco); -1 = the rest"},
     {"ici_data_parallelism", &TrainConfig::ici_data_parallelism,
      "data-parallel devices within a slice; -1 = the rest"},
     {"ici_pipeline_parallelism", &TrainConfig::ici_pipeline_parallelism,
@@ -57,6 +60,9 @@ const Field kFields[] = {
     {"ici_tensor_parallelism", &TrainConfig::ici_tensor_parallelism,
      "tensor-parallel devices within a slice (Megatron: the attention heads "
      "and the MLP split; must divide num_heads and mlp_dim); -1 = the rest"},
+    {"dcn_diloco_parallelism", &TrainConfig::dcn_diloco_parallelism,
+     "DiLoCo replicas across slices: they meet over DCN only every "
+     "diloco_sync_period steps (needs enable_diloco); -1 = the rest"},
     {"dcn_data_parallelism", &TrainConfig::dcn_data_parallelism,
      "data-parallel slices; -1 = the rest"},
     {"dcn_pipeline_parallelism", &TrainConfig::dcn_pipeline_parallelism,
@@ -73,6 +79,35 @@ const Field kFields[] = {
     {"pipeline_parallel_schedule", &TrainConfig::pipeline_parallel_schedule,
      "GPipe (every forward, then every backward) or 1F1B (one forward, one "
      "backward: at most p - s microbatches in flight on stage s)"},
+    {"enable_diloco", &TrainConfig::enable_diloco,
+     "DiLoCo: the diloco axis's replicas train on their own and average "
+     "their pseudo-gradients every diloco_sync_period steps"},
+    {"diloco_sync_period", &TrainConfig::diloco_sync_period,
+     "inner steps between DiLoCo's outer steps"},
+    {"diloco_outer_lr", &TrainConfig::diloco_outer_lr,
+     "learning rate of the outer SGD (Nesterov momentum)"},
+    {"diloco_outer_momentum", &TrainConfig::diloco_outer_momentum,
+     "Nesterov momentum of the outer SGD, in [0, 1)"},
+    {"enable_streaming_diloco", &TrainConfig::enable_streaming_diloco,
+     "Streaming DiLoCo: sync one fragment of the layers at a time, "
+     "overlapped with the next inner steps"},
+    {"num_diloco_fragments", &TrainConfig::num_diloco_fragments,
+     "fragments of whole layers Streaming DiLoCo syncs in turn; must divide "
+     "diloco_sync_period"},
+    {"num_communication_overlapping_steps",
+     &TrainConfig::num_communication_overlapping_steps,
+     "inner steps a fragment's sync overlaps before it is applied; below "
+     "diloco_sync_period / num_diloco_fragments"},
+    {"communication_overlapping_alpha",
+     &TrainConfig::communication_overlapping_alpha,
+     "weight of the local values when a fragment's outer update is mixed "
+     "back: alpha * local + (1 - alpha) * global, in [0, 1]"},
+    {"diloco_wire_dtype", &TrainConfig::diloco_wire_dtype,
+     "DiLoCo's pseudo-gradient on the wire: f32, bf16 or int8 (a scale per "
+     "256 values), summed in f32"},
+    {"dcn_gradient_wire_dtype", &TrainConfig::dcn_gradient_wire_dtype,
+     "the per-step gradient all-reduce across slices on the wire: f32, bf16 "
+     "or int8, summed in f32"},
     {"vocab_size", &TrainConfig::vocab_size, "vocabulary size"},
     {"emb_dim", &TrainConfig::emb_dim, "model width; a multiple of num_heads"},
     {"num_heads", &TrainConfig::num_heads, "attention heads"},
@@ -351,7 +386,7 @@ struct ParallelismAxis {
 };
 
 // Each axis is -1 or >= 1, and at most one axis of the group is -1.
-Status CheckParallelism(const char* group, const ParallelismAxis (&axes)[4]) {
+Status CheckParallelism(const char* group, const ParallelismAxis (&axes)[5]) {
   const char* fill_axis = nullptr;
   for (const ParallelismAxis& axis : axes) {
     if (axis.value != -1 && axis.value < 1) {
@@ -388,7 +423,82 @@ Status CheckPipeline(const TrainConfig& c) {
       c, ici, dcn, c.ici_tensor_parallelism * c.dcn_tensor_parallelism);
 }
 
+// The DiLoCo keys, with torchft's rules for the streaming ones (the diloco
+// axis's -1 resolves with the mesh; the launcher checks it again then).
+Status CheckDiloco(const TrainConfig& c) {
+  const int ici = c.ici_diloco_parallelism, dcn = c.dcn_diloco_parallelism;
+  if (ici >= 1 && dcn >= 1) RETURN_IF_ERROR(CheckDilocoReplicas(c, ici, dcn));
+  RETURN_IF_ERROR(
+      runtime::ParseWireType(c.diloco_wire_dtype, "key 'diloco_wire_dtype'")
+          .status());
+  RETURN_IF_ERROR(runtime::ParseWireType(c.dcn_gradient_wire_dtype,
+                                         "key 'dcn_gradient_wire_dtype'")
+                      .status());
+  if (!c.enable_diloco) {
+    if (!c.enable_streaming_diloco) return OkStatus();
+    return InvalidArgument(
+        "key 'enable_streaming_diloco' = true: expected enable_diloco=true "
+        "too (Streaming DiLoCo is DiLoCo that syncs fragments in turn)");
+  }
+  RETURN_IF_ERROR(CheckAtLeast("diloco_sync_period", c.diloco_sync_period, 1));
+  RETURN_IF_ERROR(CheckNumber("diloco_outer_lr", c.diloco_outer_lr, 0, false,
+                              HUGE_VAL, false));
+  RETURN_IF_ERROR(CheckNumber("diloco_outer_momentum", c.diloco_outer_momentum,
+                              0, true, 1, false));
+  RETURN_IF_ERROR(
+      CheckAtLeast("num_diloco_fragments", c.num_diloco_fragments, 1));
+  RETURN_IF_ERROR(CheckAtLeast("num_communication_overlapping_steps",
+                               c.num_communication_overlapping_steps, 0));
+  RETURN_IF_ERROR(CheckNumber("communication_overlapping_alpha",
+                              c.communication_overlapping_alpha, 0, true, 1,
+                              true));
+  const int fragments = c.enable_streaming_diloco ? c.num_diloco_fragments : 1;
+  if (!c.enable_streaming_diloco &&
+      (c.num_diloco_fragments != 1 || c.num_communication_overlapping_steps)) {
+    return InvalidArgument(
+        "keys num_diloco_fragments (" + std::to_string(c.num_diloco_fragments) +
+        ") and num_communication_overlapping_steps (" +
+        std::to_string(c.num_communication_overlapping_steps) +
+        "): expected enable_streaming_diloco=true for fragments or overlap");
+  }
+  if (fragments > c.num_decoder_layers) {
+    return InvalidArgument(IntRangeError(
+        "num_diloco_fragments", fragments,
+        "at most num_decoder_layers (" + std::to_string(c.num_decoder_layers) +
+            "): each fragment holds whole layers"));
+  }
+  if (c.diloco_sync_period % fragments != 0) {
+    return InvalidArgument(IntRangeError(
+        "num_diloco_fragments", fragments,
+        "a divisor of diloco_sync_period (" +
+            std::to_string(c.diloco_sync_period) +
+            "): the fragments sync in turn, one every period / fragments "
+            "steps"));
+  }
+  const int gap = c.diloco_sync_period / fragments;
+  if (c.num_communication_overlapping_steps >= gap) {
+    return InvalidArgument(IntRangeError(
+        "num_communication_overlapping_steps",
+        c.num_communication_overlapping_steps,
+        "fewer than diloco_sync_period / num_diloco_fragments (" +
+            std::to_string(gap) +
+            ") steps: a fragment's sync must land before the next starts"));
+  }
+  return OkStatus();
+}
+
 }  // namespace
+
+Status CheckDilocoReplicas(const TrainConfig& c, int ici_replicas,
+                           int dcn_replicas) {
+  if (ici_replicas * dcn_replicas == 1 || c.enable_diloco) return OkStatus();
+  return InvalidArgument(
+      "keys ici_diloco_parallelism (" + std::to_string(ici_replicas) +
+      ") x dcn_diloco_parallelism (" + std::to_string(dcn_replicas) +
+      ") = " + std::to_string(ici_replicas * dcn_replicas) +
+      " replicas: expected enable_diloco=true (the diloco axis holds "
+      "DiLoCo's replicas; use the data axes for data parallelism)");
+}
 
 Status CheckPipelineSplit(const TrainConfig& c, int ici_stages, int dcn_stages,
                           int tensor) {
@@ -490,12 +600,14 @@ Status ValidateTrainConfig(const TrainConfig& c) {
       CheckAtLeast("per_device_batch_size", c.per_device_batch_size, 1));
   RETURN_IF_ERROR(CheckAtLeast("max_target_length", c.max_target_length, 1));
   RETURN_IF_ERROR(CheckParallelism(
-      "ici", {{"ici_data_parallelism", c.ici_data_parallelism},
+      "ici", {{"ici_diloco_parallelism", c.ici_diloco_parallelism},
+              {"ici_data_parallelism", c.ici_data_parallelism},
               {"ici_pipeline_parallelism", c.ici_pipeline_parallelism},
               {"ici_fsdp_parallelism", c.ici_fsdp_parallelism},
               {"ici_tensor_parallelism", c.ici_tensor_parallelism}}));
   RETURN_IF_ERROR(CheckParallelism(
-      "dcn", {{"dcn_data_parallelism", c.dcn_data_parallelism},
+      "dcn", {{"dcn_diloco_parallelism", c.dcn_diloco_parallelism},
+              {"dcn_data_parallelism", c.dcn_data_parallelism},
               {"dcn_pipeline_parallelism", c.dcn_pipeline_parallelism},
               {"dcn_fsdp_parallelism", c.dcn_fsdp_parallelism},
               {"dcn_tensor_parallelism", c.dcn_tensor_parallelism}}));
@@ -524,6 +636,7 @@ Status ValidateTrainConfig(const TrainConfig& c) {
         "): each tensor rank holds whole heads and an equal part of the MLP");
   }
   RETURN_IF_ERROR(CheckPipeline(c));
+  RETURN_IF_ERROR(CheckDiloco(c));
   const double kInfinity = HUGE_VAL;
   RETURN_IF_ERROR(CheckNumber("learning_rate", c.learning_rate, 0, false,
                               kInfinity, false));

@@ -33,12 +33,14 @@ struct TrainConfig {
 
   // Mesh: devices per axis within a slice (ici_*) and slices per axis (dcn_*).
   // -1 means "whatever is left"; at most one axis per group may be -1.
-  // The mesh's axes are MaxText's: data, stage (the *_pipeline_* keys),
-  // fsdp, tensor.
+  // The mesh's axes are MaxText's: diloco, data, stage (the *_pipeline_*
+  // keys), fsdp, tensor.
+  int ici_diloco_parallelism = 1;
   int ici_data_parallelism = 1;
   int ici_pipeline_parallelism = 1;
   int ici_fsdp_parallelism = -1;
   int ici_tensor_parallelism = 1;
+  int dcn_diloco_parallelism = 1;
   int dcn_data_parallelism = -1;
   int dcn_pipeline_parallelism = 1;
   int dcn_fsdp_parallelism = 1;
@@ -47,6 +49,25 @@ struct TrainConfig {
   // per stage) and the schedule, "GPipe" or "1F1B".
   int num_pipeline_microbatches = -1;
   std::string pipeline_parallel_schedule = "1F1B";
+
+  // DiLoCo (train/diloco.h): the diloco axis's replicas train on their own
+  // and every diloco_sync_period steps average their pseudo-gradients into
+  // one outer step of SGD with Nesterov momentum. Streaming DiLoCo syncs
+  // num_diloco_fragments fragments of whole layers in turn, each overlapping
+  // num_communication_overlapping_steps inner steps and mixed back with
+  // weight communication_overlapping_alpha on the local values.
+  bool enable_diloco = false;
+  int diloco_sync_period = 36;
+  double diloco_outer_lr = 0.3;
+  double diloco_outer_momentum = 0.9;
+  bool enable_streaming_diloco = false;
+  int num_diloco_fragments = 1;
+  int num_communication_overlapping_steps = 0;
+  double communication_overlapping_alpha = 0.0;
+  // How the pseudo-gradient crosses DCN, and the per-step gradient
+  // all-reduce of data parallelism across slices: f32, bf16 or int8.
+  std::string diloco_wire_dtype = "f32";
+  std::string dcn_gradient_wire_dtype = "f32";
 
   // Model size.
   int vocab_size = 256;
@@ -117,6 +138,10 @@ Status ValidateTrainConfig(const TrainConfig& config);
 // each pipeline sees; kInvalidArgument naming the keys otherwise.
 Status CheckPipelineSplit(const TrainConfig& config, int ici_stages,
                           int dcn_stages, int tensor);
+// With ici_replicas x dcn_replicas DiLoCo replicas (the config's values or
+// the mesh's): more than one needs enable_diloco.
+Status CheckDilocoReplicas(const TrainConfig& config, int ici_replicas,
+                           int dcn_replicas);
 // num_pipeline_microbatches, with -1 resolved to `stages`.
 int PipelineMicrobatches(const TrainConfig& config, int stages);
 

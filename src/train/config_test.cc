@@ -499,5 +499,101 @@ TEST(PipelineKeysTest, PlanLinePastesInAndBadPipelinesAreOneSentence) {
   }
 }
 
+// The DiLoCo keys: MaxText's names and defaults, torchft's rules for the
+// streaming ones, each violation one sentence naming the key and value.
+TEST(DilocoKeysTest, DefaultsAndBadValuesAreOneSentence) {
+  TempDir dir;
+  const std::string yaml = dir.path() + "/empty.yml";
+  std::ofstream(yaml) << "";
+  Result<TrainConfig> defaults = LoadTrainConfig(yaml, {});
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_FALSE(defaults->enable_diloco);
+  EXPECT_EQ(defaults->diloco_sync_period, 36);
+  EXPECT_EQ(defaults->diloco_outer_lr, 0.3);
+  EXPECT_EQ(defaults->diloco_outer_momentum, 0.9);
+  EXPECT_EQ(defaults->ici_diloco_parallelism, 1);
+  EXPECT_EQ(defaults->dcn_diloco_parallelism, 1);
+  Result<TrainConfig> streaming = LoadTrainConfig(
+      yaml, {"enable_diloco=true", "dcn_diloco_parallelism=2",
+             "dcn_data_parallelism=1", "enable_streaming_diloco=true",
+             "diloco_sync_period=8", "num_diloco_fragments=2",
+             "num_communication_overlapping_steps=3",
+             "communication_overlapping_alpha=0.5", "diloco_wire_dtype=int8",
+             "dcn_gradient_wire_dtype=bfloat16"});
+  ASSERT_TRUE(streaming.ok()) << streaming.status().message();
+  EXPECT_TRUE(ValidateTrainConfig(*streaming).ok())
+      << ValidateTrainConfig(*streaming).message();
+  // A -1 diloco axis is checked once the mesh resolves it.
+  Result<TrainConfig> filled = LoadTrainConfig(
+      yaml, {"dcn_diloco_parallelism=-1", "dcn_data_parallelism=1"});
+  ASSERT_TRUE(filled.ok());
+  EXPECT_TRUE(ValidateTrainConfig(*filled).ok());
+  EXPECT_EQ(CheckDilocoReplicas(*filled, 1, 2).message(),
+            "keys ici_diloco_parallelism (1) x dcn_diloco_parallelism (2) = 2 "
+            "replicas: expected enable_diloco=true (the diloco axis holds "
+            "DiLoCo's replicas; use the data axes for data parallelism)");
+  EXPECT_TRUE(CheckDilocoReplicas(*filled, 1, 1).ok());
+
+  const std::vector<std::string> on = {"enable_diloco=true"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), on.begin(), on.end());
+    return extra;
+  };
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused =
+      {
+          {{"dcn_diloco_parallelism=2", "dcn_data_parallelism=1"},
+           "keys ici_diloco_parallelism (1) x dcn_diloco_parallelism (2) = 2 "
+           "replicas: expected enable_diloco=true (the diloco axis holds "
+           "DiLoCo's replicas; use the data axes for data parallelism)"},
+          {{"ici_diloco_parallelism=0"},
+           "key 'ici_diloco_parallelism' = 0: expected -1 (use the remaining "
+           "devices) or an integer >= 1"},
+          {{"enable_streaming_diloco=true"},
+           "key 'enable_streaming_diloco' = true: expected enable_diloco=true "
+           "too (Streaming DiLoCo is DiLoCo that syncs fragments in turn)"},
+          {with({"diloco_sync_period=0"}),
+           "key 'diloco_sync_period' = 0: expected an integer >= 1"},
+          {with({"diloco_outer_lr=0"}),
+           "key 'diloco_outer_lr' = 0: expected a number > 0"},
+          {with({"diloco_outer_momentum=1"}),
+           "key 'diloco_outer_momentum' = 1: expected a number >= 0 and < 1"},
+          {with({"num_diloco_fragments=2"}),
+           "keys num_diloco_fragments (2) and "
+           "num_communication_overlapping_steps (0): expected "
+           "enable_streaming_diloco=true for fragments or overlap"},
+          {with({"enable_streaming_diloco=true", "num_diloco_fragments=5"}),
+           "key 'num_diloco_fragments' = 5: expected at most "
+           "num_decoder_layers (4): each fragment holds whole layers"},
+          {with({"enable_streaming_diloco=true", "diloco_sync_period=10",
+                 "num_diloco_fragments=4"}),
+           "key 'num_diloco_fragments' = 4: expected a divisor of "
+           "diloco_sync_period (10): the fragments sync in turn, one every "
+           "period / fragments steps"},
+          {with({"enable_streaming_diloco=true", "diloco_sync_period=8",
+                 "num_diloco_fragments=2",
+                 "num_communication_overlapping_steps=4"}),
+           "key 'num_communication_overlapping_steps' = 4: expected fewer "
+           "than diloco_sync_period / num_diloco_fragments (4) steps: a "
+           "fragment's sync must land before the next starts"},
+          {with({"enable_streaming_diloco=true",
+                 "communication_overlapping_alpha=1.5"}),
+           "key 'communication_overlapping_alpha' = 1.5: expected a number "
+           ">= 0 and <= 1"},
+          {{"diloco_wire_dtype=fp8"},
+           "key 'diloco_wire_dtype': 'fp8' is not a wire type; expected f32, "
+           "bf16 or int8"},
+          {{"dcn_gradient_wire_dtype=int4"},
+           "key 'dcn_gradient_wire_dtype': 'int4' is not a wire type; "
+           "expected f32, bf16 or int8"},
+      };
+  for (const auto& [overrides, expected] : refused) {
+    Result<TrainConfig> config = LoadTrainConfig(yaml, overrides);
+    ASSERT_TRUE(config.ok()) << overrides.back();
+    Status status = ValidateTrainConfig(*config);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << overrides.back();
+    EXPECT_EQ(status.message(), expected);
+  }
+}
+
 }  // namespace
 }  // namespace multislice

@@ -7,11 +7,12 @@ namespace multislice::train {
 
 GradientBuckets::GradientBuckets(runtime::DeviceCollectives& coll,
                                  runtime::Axes axes, float* grads,
-                                 int64_t min_bucket)
+                                 int64_t min_bucket, runtime::WireType wire)
     : coll_(coll),
       axes_(std::move(axes)),
       grads_(grads),
-      min_bucket_(min_bucket) {}
+      min_bucket_(min_bucket),
+      wire_(wire) {}
 
 GradientBuckets::~GradientBuckets() {
   for (runtime::CollectiveHandle& h : handles_) (void)h.Wait();
@@ -33,10 +34,13 @@ void GradientBuckets::Start() {
   const int64_t count = pending_end_ - pending_begin_;
   if (count <= 0) return;
   float* bucket = grads_ + pending_begin_;
+  const std::string label = "grads/bucket" + std::to_string(buckets_.size());
+  const auto n = static_cast<size_t>(count);
   handles_.push_back(
-      coll_.AllReduce(axes_, bucket, bucket, static_cast<size_t>(count),
-                      runtime::DType::kF32, runtime::ReduceOp::kSum,
-                      "grads/bucket" + std::to_string(buckets_.size())));
+      wire_ == runtime::WireType::kF32
+          ? coll_.AllReduce(axes_, bucket, bucket, n, runtime::DType::kF32,
+                            runtime::ReduceOp::kSum, label)
+          : coll_.CompressedAllReduce(axes_, bucket, bucket, n, wire_, label));
   buckets_.emplace_back(pending_begin_, count);
   pending_begin_ = pending_end_ = 0;
 }

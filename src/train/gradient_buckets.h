@@ -27,9 +27,11 @@ namespace multislice::train {
 class GradientBuckets {
  public:
   // Sums `grads` (float32) over `axes` in place, in buckets of at least
-  // `min_bucket` elements (the last one may be smaller).
+  // `min_bucket` elements (the last one may be smaller); with a wire other
+  // than kF32, each bucket is a CompressedAllReduce (runtime/collectives.h).
   GradientBuckets(runtime::DeviceCollectives& coll, runtime::Axes axes,
-                  float* grads, int64_t min_bucket);
+                  float* grads, int64_t min_bucket,
+                  runtime::WireType wire = runtime::WireType::kF32);
   // Waits for any bucket still in flight (the buffer must outlive the
   // transfers even when the step has failed).
   ~GradientBuckets();
@@ -55,6 +57,7 @@ class GradientBuckets {
   const runtime::Axes axes_;
   float* const grads_;
   const int64_t min_bucket_;
+  const runtime::WireType wire_;
   int64_t pending_begin_ = 0, pending_end_ = 0;  // empty when equal
   std::vector<std::pair<int64_t, int64_t>> buckets_;
   std::vector<runtime::CollectiveHandle> handles_;

@@ -12,7 +12,7 @@ namespace {
 
 using runtime::DType;
 
-const runtime::Axes kAll = {"data", "stage", "fsdp", "tensor"};
+const runtime::Axes kAll = {"diloco", "data", "stage", "fsdp", "tensor"};
 
 // The smallest all-reduce of the gradient the backward pass starts (64 Ki
 // floats, 256 KiB): a layer of the quickstart model is one bucket; LayerNorm
@@ -29,7 +29,8 @@ Status ParallelPlan::FindGroups() {
   ASSIGN_OR_RETURN(data_, coll_->Group({"data"}));
   ASSIGN_OR_RETURN(tensor_, coll_->Group({"tensor"}));
   ASSIGN_OR_RETURN(stage_, coll_->Group({"stage"}));
-  ASSIGN_OR_RETURN(batch_, coll_->Group({"data", "fsdp"}));
+  ASSIGN_OR_RETURN(diloco_, coll_->Group({"diloco"}));
+  ASSIGN_OR_RETURN(batch_, coll_->Group({"diloco", "data", "fsdp"}));
   return OkStatus();
 }
 
@@ -190,7 +191,7 @@ Status ParallelPlan::ReduceGradients(const Backward& backward,
     // layers, so the DCN transfer of the last layers overlaps the backward
     // of the first ones.
     GradientBuckets buckets(*coll_, {"data"}, b.grads.data(),
-                            kGradientBucketElements);
+                            kGradientBucketElements, gradient_wire_);
     RETURN_IF_ERROR(backward(
         [&](int64_t offset, int64_t count) { buckets.Ready(offset, count); },
         b.grads.data()));
@@ -202,9 +203,14 @@ Status ParallelPlan::ReduceGradients(const Backward& backward,
   runtime::CollectiveHandle scatter = coll_->ReduceScatter(
       {"fsdp"}, b.grads.data(), b.grad_shard.data(), static_cast<size_t>(n_),
       DType::kF32, runtime::ReduceOp::kSum, "grads");
-  runtime::CollectiveHandle reduce = coll_->AllReduce(
-      {"data"}, b.gradient, b.gradient, static_cast<size_t>(count_),
-      DType::kF32, runtime::ReduceOp::kSum, "grads", scatter);
+  const auto count = static_cast<size_t>(count_);
+  runtime::CollectiveHandle reduce =
+      gradient_wire_ == runtime::WireType::kF32
+          ? coll_->AllReduce({"data"}, b.gradient, b.gradient, count,
+                             DType::kF32, runtime::ReduceOp::kSum, "grads",
+                             scatter)
+          : coll_->CompressedAllReduce({"data"}, b.gradient, b.gradient, count,
+                                       gradient_wire_, "grads", scatter);
   RETURN_IF_ERROR(scatter.Wait());
   return reduce.Wait();
 }

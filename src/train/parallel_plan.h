@@ -18,10 +18,17 @@
 //                     the shard is the whole buffer and is used in place);
 //   ReduceGradients   the backward pass, then the gradient summed over fsdp
 //                     (reduce-scatter) and data (all-reduce of the shard,
-//                     chained); unsharded, in buckets started while the
-//                     backward pass runs (gradient_buckets.h);
+//                     chained; compressed on the wire when asked,
+//                     set_gradient_wire); unsharded, in buckets started
+//                     while the backward pass runs (gradient_buckets.h);
 //   SumOverAll        small all-reduces over every axis (the loss, the norm,
 //                     the failure flag).
+// DiLoCo (diloco.h): the devices of one diloco rank are one replica that
+// trains on its own: the gradient is summed over its data and fsdp axes
+// only, and the replicas' different parameters meet in the outer optimizer.
+// The batch is split over diloco, data and fsdp (each replica trains its
+// share of the global batch).
+//
 // The collectives reduce in a fixed order, so a run is bitwise repeatable on
 // the same mesh.
 #pragma once
@@ -72,10 +79,18 @@ class ParallelPlan {
   int stage_size() const { return stage_->size; }
   // The pipeline stage of the model this device runs (the stage axis).
   model::gpt::PipelineStage ModelStage() const;
-  // This device's part of the batch: the tensor group's index over data and
-  // fsdp, of batch_shards().
+  int diloco_rank() const { return diloco_->rank; }
+  int diloco_size() const { return diloco_->size; }
+  // This device's part of the batch: the tensor group's index over diloco,
+  // data and fsdp, of batch_shards().
   int batch_shard() const { return batch_->rank; }
   int batch_shards() const { return batch_->size; }
+  // The devices whose gradients ReduceGradients sums: the replica's batch
+  // shards (data x fsdp).
+  int gradient_shards() const { return batch_->size / diloco_->size; }
+
+  // The wire of the data axis's gradient all-reduce (default kF32).
+  void set_gradient_wire(runtime::WireType wire) { gradient_wire_ = wire; }
 
   runtime::DeviceCollectives& collectives() const { return *coll_; }
 
@@ -95,9 +110,9 @@ class ParallelPlan {
   double ShardSquaredNorm(const float* gradient) const;
 
   // The weight of this device's mean loss in the mean over the global
-  // batch, so that a sum over every device gives it: 1 / (batch shards x
-  // tensor ranks, which hold equal losses) on a pipeline's last stage, 0 on
-  // the stages before it (they have no loss).
+  // batch (every DiLoCo replica's rows), so that a sum over every device
+  // gives it: 1 / (batch shards x tensor ranks, which hold equal losses) on
+  // a pipeline's last stage, 0 on the stages before it (they have no loss).
   float LossShare() const;
 
   DeviceBuffers Allocate() const;
@@ -131,7 +146,9 @@ class ParallelPlan {
   const runtime::AxisGroup* data_ = nullptr;
   const runtime::AxisGroup* tensor_ = nullptr;
   const runtime::AxisGroup* stage_ = nullptr;
-  const runtime::AxisGroup* batch_ = nullptr;  // data and fsdp
+  const runtime::AxisGroup* diloco_ = nullptr;
+  const runtime::AxisGroup* batch_ = nullptr;  // diloco, data and fsdp
+  runtime::WireType gradient_wire_ = runtime::WireType::kF32;
   int64_t n_, begin_ = 0, count_ = 0;
   // The shard's ranges [begin, end) (shard positions) of replicated tensors;
   // empty without tensor parallelism.
