@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "cli/cli_test_util.h"
+#include "cli/train_test_fixture.h"
 #include "common/cpu_isa.h"
 #include "common/temp_dir.h"
 #include "runtime/launcher.h"
@@ -40,10 +41,17 @@ namespace fs = std::filesystem;
 
 using testing_util::Child;
 using testing_util::Clock;
+using testing_util::CompleteSteps;
+using testing_util::ExpectClose;
+using testing_util::ExpectLossesFrom;
+using testing_util::LoadState;
+using testing_util::Losses;
+using testing_util::MaxRelativeDifference;
 using testing_util::ReadFile;
 using testing_util::Spawn;
 using testing_util::WaitExit;
 using testing_util::WaitForFile;
+using testing_util::With;
 using testing_util::Workers;
 
 // A mesh of EveryMeshMatchesOneDevice: a run name and its train arguments.
@@ -52,7 +60,7 @@ struct TrainMesh {
   std::vector<std::string> args;
 };
 
-class TrainCommandTest : public ::testing::Test {
+class TrainCommandTest : public testing_util::TrainRunTest {
  protected:
   // `model`: overrides of the tiny model for the reference and every mesh.
   // Kills slice 1 of a 2-slice run on `mesh` after its step-13 in-memory
@@ -60,85 +68,7 @@ class TrainCommandTest : public ::testing::Test {
   void ExpectInMemoryRecovery(const std::vector<std::string>& mesh);
   void ExpectMeshesMatchOneDevice(const std::vector<TrainMesh>& meshes,
                                   const std::vector<std::string>& model = {});
-  static void SetUpTestSuite() {
-    data_ = new TempDir("multislice-train-data-");
-    // A prepared copy of the default corpus, shared by every test.
-    Child prep = Spawn({"data", "prepare", "--output", data_->path() + "/ds"},
-                       {}, data_->path(), "prepare");
-    ASSERT_EQ(WaitExit(prep, 120), 0) << ReadFile(prep.err);
-    std::ofstream(data_->path() + "/tiny.yml")
-        << "# the tests' model: tiny, exact f32\n"
-           "emb_dim: 64\nnum_heads: 2\nnum_decoder_layers: 2\nmlp_dim: 128\n"
-           "max_target_length: 32\ndtype: f32\ndeterministic: true\n"
-           "warmup_steps: 2\nlearning_rate: 3.0e-3\neval_interval: 1000\n";
-  }
-  static void TearDownTestSuite() {
-    delete data_;
-    data_ = nullptr;
-  }
-
-  // Runs `multislice train tiny.yml ARGS --json` to completion; returns its
-  // JSON summary (fails the test on a non-zero exit).
-  nlohmann::json Train(const std::vector<std::string>& args,
-                       const std::string& name,
-                       const std::vector<std::string>& env = {}) {
-    Child c = Spawn(Args(args), env, dir_.path(), name);
-    const int code = WaitExit(c, 240);
-    EXPECT_EQ(code, 0) << name << ": " << ReadFile(c.err);
-    std::string out = ReadFile(c.out);
-    const size_t brace = out.rfind("\n{");
-    if (brace != std::string::npos) out = out.substr(brace + 1);
-    try {
-      return nlohmann::json::parse(out);
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << name << ": no JSON summary: " << out << "\n"
-                    << ReadFile(c.err);
-      return {};
-    }
-  }
-
-  std::vector<std::string> Args(const std::vector<std::string>& args) const {
-    std::vector<std::string> all = {"train", data_->path() + "/tiny.yml",
-                                    "base_output_directory=" + dir_.path(),
-                                    "dataset_path=" + data_->path() + "/ds"};
-    all.insert(all.end(), args.begin(), args.end());
-    all.push_back("--json");
-    return all;
-  }
-
-  std::string RunDir(const std::string& run) const {
-    return dir_.path() + "/" + run;
-  }
-
-  static TempDir* data_;
-  TempDir dir_{"multislice-train-test-"};
 };
-
-TempDir* TrainCommandTest::data_ = nullptr;
-
-std::vector<double> Losses(const nlohmann::json& summary) {
-  return summary.value("losses", std::vector<double>{});
-}
-
-void ExpectClose(const std::vector<double>& a, const std::vector<double>& b,
-                 double rel, const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_NEAR(a[i], b[i], rel * std::abs(b[i])) << what << " step " << i;
-  }
-}
-
-double MaxRelativeDifference(const std::vector<float>& a,
-                             const std::vector<float>& b) {
-  double worst = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    scale = std::max(scale, static_cast<double>(std::abs(b[i])));
-  }
-  for (size_t i = 0; i < a.size(); ++i) {
-    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]) / scale);
-  }
-  return worst;
-}
 
 // Spawn with the soft limit `resource` at `bytes` and SIGXFSZ ignored in
 // the child: under RLIMIT_FSIZE a write past the limit fails with EFBIG, as
@@ -192,29 +122,6 @@ size_t Count(const std::string& text, const std::string& what) {
   return n;
 }
 
-std::vector<int64_t> CompleteSteps(const std::string& run_dir) {
-  CheckpointOptions options;
-  options.directory = run_dir + "/checkpoints";
-  auto steps = CheckpointManager(options).CompleteSteps();
-  return steps.ok() ? *steps : std::vector<int64_t>{-1};
-}
-
-train::FullState LoadState(const std::string& run_dir, int64_t step) {
-  CheckpointOptions options;
-  options.directory = run_dir + "/checkpoints";
-  CheckpointManager manager(options);
-  auto state = train::LoadFullState(manager, step);
-  EXPECT_TRUE(state.ok()) << state.status().message();
-  return state.ok() ? std::move(*state) : train::FullState{};
-}
-
-// `args` with `more` after them.
-std::vector<std::string> With(std::vector<std::string> args,
-                              const std::vector<std::string>& more) {
-  args.insert(args.end(), more.begin(), more.end());
-  return args;
-}
-
 // Kills worker `which` of the two that `victim` launched; the launcher
 // reports the lost worker with its status (128 + SIGKILL).
 void KillWorker(const Child& victim, size_t which) {
@@ -222,19 +129,6 @@ void KillWorker(const Child& victim, size_t which) {
   ASSERT_EQ(workers.size(), 2u);
   ::kill(workers[which], SIGKILL);
   EXPECT_EQ(WaitExit(victim, 60), 128 + SIGKILL);
-}
-
-// Expects `resumed`, restored at step `restored`, to have trained every
-// step after it with the loss of `uninterrupted`, bit for bit.
-void ExpectLossesFrom(const nlohmann::json& resumed, int64_t restored,
-                      const std::vector<double>& uninterrupted) {
-  const std::vector<double> losses = Losses(resumed);
-  ASSERT_EQ(losses.size(),
-            uninterrupted.size() - static_cast<size_t>(restored));
-  for (size_t i = 0; i < losses.size(); ++i) {
-    EXPECT_EQ(losses[i], uninterrupted[restored + i])
-        << "step " << restored + i + 1;
-  }
 }
 
 // One device and each mesh train the same global batch of 8 rows: in f32,
