@@ -34,8 +34,9 @@ Result<int64_t> GetInt(const nlohmann::json& json, const char* field,
 
 std::string ShardBlobName(const std::string& kind, int64_t begin,
                           int tensor_rank, int tensor_size, int stage,
-                          int stages) {
+                          int stages, int replica, int replicas) {
   std::string name = kind;
+  if (replicas > 1) name += ".r" + std::to_string(replica);
   if (stages > 1) name += ".s" + std::to_string(stage);
   if (tensor_size > 1) name += ".t" + std::to_string(tensor_rank);
   return name + "." + std::to_string(begin);
@@ -44,13 +45,20 @@ std::string ShardBlobName(const std::string& kind, int64_t begin,
 std::vector<Blob> ShardBlobs(const std::vector<StateShard>& shards) {
   std::vector<Blob> blobs;
   for (const StateShard& s : shards) {
-    auto name = [&](const char* kind) {
-      return ShardBlobName(kind, s.begin, s.tensor_rank, s.tensor_size, s.stage,
-                           s.stages);
+    auto add = [&](const char* kind, const float* data) {
+      blobs.push_back(
+          FloatBlob(ShardBlobName(kind, s.begin, s.tensor_rank, s.tensor_size,
+                                  s.stage, s.stages, s.replica, s.replicas),
+                    data, s.count));
     };
-    blobs.push_back(FloatBlob(name("params"), s.params, s.count));
-    blobs.push_back(FloatBlob(name("adam_m"), s.adam_m, s.count));
-    blobs.push_back(FloatBlob(name("adam_v"), s.adam_v, s.count));
+    add("params", s.params);
+    add("adam_m", s.adam_m);
+    add("adam_v", s.adam_v);
+    if (s.outer) {
+      add("outer", s.outer);
+      add("outer_momentum", s.outer_momentum);
+    }
+    if (s.outer_pending) add("outer_pending", s.outer_pending);
   }
   return blobs;
 }
@@ -60,12 +68,14 @@ nlohmann::json StateMetadata(int64_t step, const model::gpt::GptConfig& model,
                              const std::vector<int>& mesh_shape, int num_slices,
                              const std::vector<StateShard>& shards,
                              const IteratorState& iterator,
-                             int tensor_parallelism, int pipeline_parallelism) {
+                             int tensor_parallelism, int pipeline_parallelism,
+                             int diloco_replicas, bool diloco_pending) {
   nlohmann::json shard_list = nlohmann::json::array();
   for (const StateShard& s : shards) {
     nlohmann::json entry = {{"begin", s.begin}, {"count", s.count}};
     if (tensor_parallelism > 1) entry["tensor_rank"] = s.tensor_rank;
     if (pipeline_parallelism > 1) entry["stage"] = s.stage;
+    if (diloco_replicas > 1) entry["replica"] = s.replica;
     shard_list.push_back(std::move(entry));
   }
   nlohmann::json meta = {{"format_version", kTrainStateFormatVersion},
@@ -87,6 +97,10 @@ nlohmann::json StateMetadata(int64_t step, const model::gpt::GptConfig& model,
   if (tensor_parallelism > 1) meta["tensor_parallelism"] = tensor_parallelism;
   if (pipeline_parallelism > 1) {
     meta["pipeline_parallelism"] = pipeline_parallelism;
+  }
+  if (diloco_replicas > 0) {
+    meta["diloco"] = {{"replicas", diloco_replicas},
+                      {"pending", diloco_pending}};
   }
   return meta;
 }
@@ -115,18 +129,73 @@ Result<model::gpt::GptConfig> ModelFromJson(const nlohmann::json& json) {
 
 namespace {
 
-// One model part's flat buffers (a tensor rank of a pipeline stage) while a
-// checkpoint is reassembled, and the ranges its shards covered.
-struct RankBuffers {
-  std::vector<float> params, adam_m, adam_v;
-  std::map<int64_t, int64_t> covered;  // begin -> end
-};
-
 // How the checkpoint's flat buffers split the model: part stage * t + rank.
 struct Parts {
   int tensor = 1, stages = 1;
   int count() const { return tensor * stages; }
 };
+
+// One part's buffer of one kind while a checkpoint is reassembled, and the
+// ranges its shards covered.
+struct PartBuffer {
+  std::vector<float> values;
+  std::map<int64_t, int64_t> covered;  // begin -> end
+};
+
+// One kind's buffers of every part ("params" of replica 1, "outer", ...).
+struct KindParts {
+  const char* kind = "";
+  std::vector<PartBuffer> parts;
+};
+
+// The kinds of an inner state and of the outer state.
+constexpr const char* kInnerKinds[] = {"params", "adam_m", "adam_v"};
+constexpr const char* kOuterKinds[] = {"outer", "outer_momentum",
+                                       "outer_pending"};
+
+// The checkpoint's "diloco" object: replicas 0 when it has none.
+struct Diloco {
+  int replicas = 0;
+  bool pending = false;
+  bool operator==(const Diloco&) const = default;
+  std::string ToString() const {
+    if (replicas == 0) return "none";
+    return "{replicas " + std::to_string(replicas) + ", pending " +
+           (pending ? "true" : "false") + "}";
+  }
+};
+
+inline constexpr int kMaxDilocoReplicas = 4096;
+
+Result<Diloco> DilocoOf(const nlohmann::json& meta, const std::string& where) {
+  Diloco d;
+  auto it = meta.find("diloco");
+  if (it == meta.end()) return d;
+  if (!it->is_object()) {
+    return InvalidArgument(where + ": metadata field 'diloco' is " +
+                           it->dump() + "; expected an object");
+  }
+  auto replicas = it->find("replicas");
+  if (replicas == it->end() || !replicas->is_number_integer() ||
+      replicas->get<int64_t>() < 1 ||
+      replicas->get<int64_t>() > kMaxDilocoReplicas) {
+    return InvalidArgument(
+        where + ": metadata field 'diloco.replicas' is " +
+        (replicas == it->end() ? std::string("missing") : replicas->dump()) +
+        "; expected an integer in [1, " + std::to_string(kMaxDilocoReplicas) +
+        "]");
+  }
+  auto pending = it->find("pending");
+  if (pending == it->end() || !pending->is_boolean()) {
+    return InvalidArgument(
+        where + ": metadata field 'diloco.pending' is " +
+        (pending == it->end() ? std::string("missing") : pending->dump()) +
+        "; expected true or false");
+  }
+  d.replicas = replicas->get<int>();
+  d.pending = pending->get<bool>();
+  return d;
+}
 
 Result<int64_t> GetIndex(const nlohmann::json& shard, const char* field,
                          int size, const std::string& where) {
@@ -140,54 +209,92 @@ Result<int64_t> GetIndex(const nlohmann::json& shard, const char* field,
   return v;
 }
 
-// Reads one host's shards into the parts' buffers.
+// What the reassembly fills: every replica's inner kinds, then the outer
+// kinds (outer_pending only when saved).
+struct Reassembly {
+  Parts parts;
+  Diloco diloco;
+  std::vector<std::vector<KindParts>> inner;  // [replica][kind]
+  std::vector<KindParts> outer;               // empty without DiLoCo
+};
+
+// Copies blob `name` (count values) into part buffer `target` at `begin`
+// and marks the range covered. False when the blob is absent.
+Result<bool> CopyBlob(const RestoredState& restored, const std::string& where,
+                      const std::string& name, int64_t begin, int64_t count,
+                      PartBuffer& target) {
+  auto blob = restored.blobs.find(name);
+  if (blob == restored.blobs.end()) return false;
+  if (blob->second.data.size() != static_cast<size_t>(count) * sizeof(float)) {
+    return InvalidArgument(where + ": blob '" + name + "' is not " +
+                           std::to_string(count) + " f32 values");
+  }
+  std::memcpy(target.values.data() + begin, blob->second.data.data(),
+              blob->second.data.size());
+  target.covered[begin] = std::max(target.covered[begin], begin + count);
+  return true;
+}
+
+// Reads one host's shards into the buffers.
 Status ReadShards(const RestoredState& restored, const std::string& where,
-                  const Parts& parts, std::vector<RankBuffers>& ranks) {
+                  Reassembly& state) {
   const nlohmann::json& meta = restored.metadata;
   auto shards = meta.find("shards");
   if (shards == meta.end() || !shards->is_array()) {
     return InvalidArgument(where + ": metadata has no 'shards' list");
   }
+  const Parts& parts = state.parts;
+  const int replicas = std::max(state.diloco.replicas, 1);
   for (const nlohmann::json& s : *shards) {
     ASSIGN_OR_RETURN(int64_t begin, GetInt(s, "begin", where));
     ASSIGN_OR_RETURN(int64_t count, GetInt(s, "count", where));
     ASSIGN_OR_RETURN(int64_t rank,
                      GetIndex(s, "tensor_rank", parts.tensor, where));
     ASSIGN_OR_RETURN(int64_t stage, GetIndex(s, "stage", parts.stages, where));
-    RankBuffers& r = ranks[static_cast<size_t>(stage * parts.tensor + rank)];
-    const auto n = static_cast<int64_t>(r.params.size());
-    if (begin < 0 || count < 0 || begin + count > n) {
+    ASSIGN_OR_RETURN(int64_t replica, GetIndex(s, "replica", replicas, where));
+    if (replicas == 1 && s.contains("replica")) {
+      return InvalidArgument(
+          where + ": a shard has replica " + s["replica"].dump() +
+          ", but the metadata's diloco is " + state.diloco.ToString());
+    }
+    const auto part = static_cast<size_t>(stage * parts.tensor + rank);
+    std::vector<KindParts>& inner = state.inner[static_cast<size_t>(replica)];
+    const auto n = static_cast<int64_t>(inner[0].parts[part].values.size());
+    if (begin < 0 || count < 0 || begin > n - count) {
       return InvalidArgument(where + ": shard [" + std::to_string(begin) +
                              ", " + std::to_string(begin + count) +
                              ") is outside the " + std::to_string(n) +
                              " parameters");
     }
-    for (auto [kind, target] :
-         {std::pair{"params", &r.params}, std::pair{"adam_m", &r.adam_m},
-          std::pair{"adam_v", &r.adam_v}}) {
-      const std::string name =
-          ShardBlobName(kind, begin, static_cast<int>(rank), parts.tensor,
-                        static_cast<int>(stage), parts.stages);
-      auto blob = restored.blobs.find(name);
-      if (blob == restored.blobs.end() ||
-          blob->second.data.size() !=
-              static_cast<size_t>(count) * sizeof(float)) {
-        return InvalidArgument(where + ": blob '" + name +
+    auto name = [&](const char* kind) {
+      return ShardBlobName(kind, begin, static_cast<int>(rank), parts.tensor,
+                           static_cast<int>(stage), parts.stages,
+                           static_cast<int>(replica), replicas);
+    };
+    for (KindParts& k : inner) {
+      ASSIGN_OR_RETURN(bool found, CopyBlob(restored, where, name(k.kind),
+                                            begin, count, k.parts[part]));
+      if (!found) {
+        return InvalidArgument(where + ": blob '" + name(k.kind) +
                                "' is missing or not " + std::to_string(count) +
                                " f32 values");
       }
-      std::memcpy(target->data() + begin, blob->second.data.data(),
-                  blob->second.data.size());
     }
-    r.covered[begin] = std::max(r.covered[begin], begin + count);
+    // The outer state is replica 0's; a shard without it covers none.
+    if (replica != 0) continue;
+    for (KindParts& k : state.outer) {
+      RETURN_IF_ERROR(
+          CopyBlob(restored, where, name(k.kind), begin, count, k.parts[part])
+              .status());
+    }
   }
   return OkStatus();
 }
 
 // The first element no shard covered, or the size when all are.
-int64_t CoveredUpTo(const RankBuffers& r) {
+int64_t CoveredUpTo(const PartBuffer& b) {
   int64_t reached = 0;
-  for (auto [begin, end] : r.covered) {
+  for (auto [begin, end] : b.covered) {
     if (begin > reached) break;
     reached = std::max(reached, end);
   }
@@ -221,46 +328,119 @@ Result<Parts> PartsOf(const nlohmann::json& meta,
   return parts;
 }
 
-// The buffers of every part, zeroed, at their sizes.
-std::vector<RankBuffers> AllocateParts(const model::gpt::GptConfig& model,
-                                       const Parts& parts) {
-  std::vector<RankBuffers> ranks(static_cast<size_t>(parts.count()));
-  for (int k = 0; k < parts.count(); ++k) {
-    const auto local = static_cast<size_t>(model::gpt::NumParameters(
-        model, parts.tensor, {k / parts.tensor, parts.stages}));
-    RankBuffers& r = ranks[static_cast<size_t>(k)];
-    r.params.assign(local, 0.0f);
-    r.adam_m.assign(local, 0.0f);
-    r.adam_v.assign(local, 0.0f);
+// One kind's buffers of every part, zeroed, at their sizes.
+KindParts AllocateParts(const model::gpt::GptConfig& model, const Parts& parts,
+                        const char* kind) {
+  KindParts k;
+  k.kind = kind;
+  k.parts.resize(static_cast<size_t>(parts.count()));
+  for (int i = 0; i < parts.count(); ++i) {
+    k.parts[static_cast<size_t>(i)].values.assign(
+        static_cast<size_t>(model::gpt::NumParameters(
+            model, parts.tensor, {i / parts.tensor, parts.stages})),
+        0.0f);
   }
-  return ranks;
+  return k;
 }
 
-// The whole model's buffers from its parts.
-void AssembleParts(const Parts& parts, std::vector<RankBuffers>& ranks,
-                   FullState& state) {
-  if (parts.count() == 1) {
-    state.params = std::move(ranks[0].params);
-    state.adam_m = std::move(ranks[0].adam_m);
-    state.adam_v = std::move(ranks[0].adam_v);
-    return;
+// The buffers of every replica and of the outer state.
+Reassembly Allocate(const model::gpt::GptConfig& model, const Parts& parts,
+                    const Diloco& diloco) {
+  Reassembly r;
+  r.parts = parts;
+  r.diloco = diloco;
+  r.inner.resize(static_cast<size_t>(std::max(diloco.replicas, 1)));
+  for (std::vector<KindParts>& replica : r.inner) {
+    for (const char* kind : kInnerKinds) {
+      replica.push_back(AllocateParts(model, parts, kind));
+    }
   }
-  const auto whole =
-      static_cast<size_t>(model::gpt::NumParameters(state.model));
-  state.params.assign(whole, 0.0f);
-  state.adam_m.assign(whole, 0.0f);
-  state.adam_v.assign(whole, 0.0f);
-  for (int k = 0; k < parts.count(); ++k) {
-    const RankBuffers& b = ranks[static_cast<size_t>(k)];
-    const int r = k % parts.tensor;
-    const model::gpt::PipelineStage stage{k / parts.tensor, parts.stages};
-    model::gpt::InsertTensorShard(state.model, parts.tensor, r, b.params.data(),
-                                  state.params.data(), stage);
-    model::gpt::InsertTensorShard(state.model, parts.tensor, r, b.adam_m.data(),
-                                  state.adam_m.data(), stage);
-    model::gpt::InsertTensorShard(state.model, parts.tensor, r, b.adam_v.data(),
-                                  state.adam_v.data(), stage);
+  if (diloco.replicas > 0) {
+    for (const char* kind : kOuterKinds) {
+      if (kind == kOuterKinds[2] && !diloco.pending) continue;
+      r.outer.push_back(AllocateParts(model, parts, kind));
+    }
   }
+  return r;
+}
+
+// ok, or the sentence naming the first element of `k` no shard covered.
+// "<what> [x, ...) <of> of stage s of tensor rank r are in no host's
+// shards<whose>".
+Status CheckCovered(int64_t step, const Parts& parts, const KindParts& k,
+                    const std::string& what, const std::string& of,
+                    const std::string& whose) {
+  for (size_t i = 0; i < k.parts.size(); ++i) {
+    const int64_t reached = CoveredUpTo(k.parts[i]);
+    if (reached < static_cast<int64_t>(k.parts[i].values.size())) {
+      const int r = static_cast<int>(i) % parts.tensor;
+      const int stage = static_cast<int>(i) / parts.tensor;
+      return InvalidArgument(
+          "checkpoint step " + std::to_string(step) + ": " + what + " [" +
+          std::to_string(reached) + ", ...) " + of +
+          (parts.stages > 1 ? "of stage " + std::to_string(stage) + " " : "") +
+          (parts.tensor > 1 ? "of tensor rank " + std::to_string(r) + " "
+                            : "") +
+          "are in no host's shards" + whose);
+    }
+  }
+  return OkStatus();
+}
+
+// The whole model's buffer of one kind from its parts, which it frees.
+std::vector<float> Assemble(const model::gpt::GptConfig& model,
+                            const Parts& parts, KindParts& k) {
+  if (parts.count() == 1) return std::move(k.parts[0].values);
+  std::vector<float> whole(
+      static_cast<size_t>(model::gpt::NumParameters(model)), 0.0f);
+  for (int i = 0; i < parts.count(); ++i) {
+    PartBuffer& b = k.parts[static_cast<size_t>(i)];
+    model::gpt::InsertTensorShard(model, parts.tensor, i % parts.tensor,
+                                  b.values.data(), whole.data(),
+                                  {i / parts.tensor, parts.stages});
+    b = PartBuffer();
+  }
+  return whole;
+}
+
+// Checks that every element is covered, then puts every buffer together.
+Status Finish(Reassembly& r, FullState& state) {
+  const int replicas = static_cast<int>(r.inner.size());
+  for (int i = 0; i < replicas; ++i) {
+    const std::string of =
+        replicas > 1 ? "of DiLoCo replica " + std::to_string(i) + " " : "";
+    // A shard has all three kinds or fails: one coverage says all.
+    RETURN_IF_ERROR(CheckCovered(state.step, r.parts,
+                                 r.inner[static_cast<size_t>(i)][0],
+                                 "parameters", of, ""));
+  }
+  for (const KindParts& k : r.outer) {
+    RETURN_IF_ERROR(CheckCovered(state.step, r.parts, k,
+                                 "DiLoCo " + std::string(k.kind), "",
+                                 " of replica 0"));
+  }
+  state.diloco_replicas = r.diloco.replicas;
+  state.more_replicas.resize(static_cast<size_t>(replicas - 1));
+  for (int i = 0; i < replicas; ++i) {
+    std::vector<KindParts>& kinds = r.inner[static_cast<size_t>(i)];
+    std::vector<float>* targets[3] = {&state.params, &state.adam_m,
+                                      &state.adam_v};
+    if (i > 0) {
+      InnerState& more = state.more_replicas[static_cast<size_t>(i - 1)];
+      targets[0] = &more.params;
+      targets[1] = &more.adam_m;
+      targets[2] = &more.adam_v;
+    }
+    for (size_t k = 0; k < kinds.size(); ++k) {
+      *targets[k] = Assemble(state.model, r.parts, kinds[k]);
+    }
+  }
+  std::vector<float>* outer_targets[3] = {&state.outer, &state.outer_momentum,
+                                          &state.outer_pending};
+  for (size_t k = 0; k < r.outer.size(); ++k) {
+    *outer_targets[k] = Assemble(state.model, r.parts, r.outer[k]);
+  }
+  return OkStatus();
 }
 
 }  // namespace
@@ -271,8 +451,7 @@ Result<FullState> LoadFullState(const CheckpointManager& manager,
   FullState state;
   state.step = step;
   int64_t num_params = -1;
-  Parts parts;
-  std::vector<RankBuffers> ranks;
+  Reassembly reassembly;
   for (int host = 0; host < hosts; ++host) {
     ASSIGN_OR_RETURN(RestoredState restored, manager.Restore(step, host));
     const nlohmann::json& meta = restored.metadata;
@@ -286,6 +465,7 @@ Result<FullState> LoadFullState(const CheckpointManager& manager,
                              std::to_string(kTrainStateFormatVersion) + ")");
     }
     ASSIGN_OR_RETURN(int64_t n, GetInt(meta, "num_params", where));
+    ASSIGN_OR_RETURN(Diloco diloco, DilocoOf(meta, where));
     if (host == 0) {
       ASSIGN_OR_RETURN(state.model, ModelFromJson(meta.contains("model")
                                                       ? meta["model"]
@@ -297,8 +477,8 @@ Result<FullState> LoadFullState(const CheckpointManager& manager,
             " does not match the model's " +
             std::to_string(model::gpt::NumParameters(state.model)));
       }
-      ASSIGN_OR_RETURN(parts, PartsOf(meta, state.model, where));
-      ranks = AllocateParts(state.model, parts);
+      ASSIGN_OR_RETURN(Parts parts, PartsOf(meta, state.model, where));
+      reassembly = Allocate(state.model, parts, diloco);
       auto it = meta.find("iterator");
       if (it == meta.end()) {
         return InvalidArgument(where + ": metadata has no 'iterator'");
@@ -306,6 +486,7 @@ Result<FullState> LoadFullState(const CheckpointManager& manager,
       ASSIGN_OR_RETURN(state.iterator, IteratorStateFromJson(*it));
       state.saved_mesh = meta.value("mesh", nlohmann::json::object());
     } else {
+      const Parts& parts = reassembly.parts;
       ASSIGN_OR_RETURN(Parts mine, PartsOf(meta, state.model, where));
       if (n != num_params || mine.tensor != parts.tensor ||
           mine.stages != parts.stages) {
@@ -317,24 +498,15 @@ Result<FullState> LoadFullState(const CheckpointManager& manager,
             std::to_string(parts.tensor) + " and " +
             std::to_string(parts.stages));
       }
+      if (!(diloco == reassembly.diloco)) {
+        return InvalidArgument(where + ": diloco " + diloco.ToString() +
+                               " differs from host 0's " +
+                               reassembly.diloco.ToString());
+      }
     }
-    RETURN_IF_ERROR(ReadShards(restored, where, parts, ranks));
+    RETURN_IF_ERROR(ReadShards(restored, where, reassembly));
   }
-  for (size_t k = 0; k < ranks.size(); ++k) {
-    const int64_t reached = CoveredUpTo(ranks[k]);
-    if (reached < static_cast<int64_t>(ranks[k].params.size())) {
-      const int r = static_cast<int>(k) % parts.tensor;
-      const int stage = static_cast<int>(k) / parts.tensor;
-      return InvalidArgument(
-          "checkpoint step " + std::to_string(step) + ": parameters [" +
-          std::to_string(reached) + ", ...) " +
-          (parts.stages > 1 ? "of stage " + std::to_string(stage) + " " : "") +
-          (parts.tensor > 1 ? "of tensor rank " + std::to_string(r) + " "
-                            : "") +
-          "are in no host's shards");
-    }
-  }
-  AssembleParts(parts, ranks, state);
+  RETURN_IF_ERROR(Finish(reassembly, state));
   return state;
 }
 
