@@ -107,16 +107,16 @@ inline double MaxRelativeDifference(const std::vector<float>& a,
 }
 
 inline std::vector<int64_t> CompleteSteps(const std::string& run_dir) {
-  train::CheckpointOptions options;
+  CheckpointOptions options;
   options.directory = run_dir + "/checkpoints";
-  auto steps = train::CheckpointManager(options).CompleteSteps();
+  auto steps = CheckpointManager(options).CompleteSteps();
   return steps.ok() ? *steps : std::vector<int64_t>{-1};
 }
 
 inline train::FullState LoadState(const std::string& run_dir, int64_t step) {
-  train::CheckpointOptions options;
+  CheckpointOptions options;
   options.directory = run_dir + "/checkpoints";
-  train::CheckpointManager manager(options);
+  CheckpointManager manager(options);
   auto state = train::LoadFullState(manager, step);
   EXPECT_TRUE(state.ok()) << state.status().message();
   return state.ok() ? std::move(*state) : train::FullState{};

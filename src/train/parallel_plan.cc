@@ -13,6 +13,7 @@ namespace {
 using runtime::DType;
 
 const runtime::Axes kAll = {"diloco", "data", "stage", "fsdp", "tensor"};
+const runtime::Axes kReplica = {"data", "stage", "fsdp", "tensor"};
 
 // The smallest all-reduce of the gradient the backward pass starts (64 Ki
 // floats, 256 KiB): a layer of the quickstart model is one bucket; LayerNorm
@@ -221,6 +222,15 @@ Status ParallelPlan::ReduceOverAll(float* values, int n,
   return coll_
       ->AllReduce(kAll, values, values, static_cast<size_t>(n), DType::kF32, op,
                   label)
+      .Wait();
+}
+
+Status ParallelPlan::ReduceOverReplica(float* values, int n,
+                                       const std::string& label,
+                                       runtime::ReduceOp op) {
+  return coll_
+      ->AllReduce(kReplica, values, values, static_cast<size_t>(n),
+                  DType::kF32, op, label)
       .Wait();
 }
 

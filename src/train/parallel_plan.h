@@ -114,6 +114,8 @@ class ParallelPlan {
   // gives it: 1 / (batch shards x tensor ranks, which hold equal losses) on
   // a pipeline's last stage, 0 on the stages before it (they have no loss).
   float LossShare() const;
+  // The same in the mean over the replica's rows (LossShare x replicas).
+  float ReplicaLossShare() const { return LossShare() * diloco_->size; }
 
   DeviceBuffers Allocate() const;
 
@@ -130,6 +132,11 @@ class ParallelPlan {
   // values[0..n) summed (or op) over every axis, in place.
   Status ReduceOverAll(float* values, int n, const std::string& label,
                        runtime::ReduceOp op = runtime::ReduceOp::kSum);
+  // The same over this device's DiLoCo replica (every axis but diloco:
+  // every axis without DiLoCo), so that the replicas' steps never wait for
+  // each other.
+  Status ReduceOverReplica(float* values, int n, const std::string& label,
+                           runtime::ReduceOp op = runtime::ReduceOp::kSum);
   // The same over the data axis alone.
   Status ReduceOverData(float* values, int n, const std::string& label,
                         runtime::ReduceOp op);

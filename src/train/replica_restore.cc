@@ -10,38 +10,46 @@ namespace {
 
 using runtime::ReduceOp;
 
-// This shard's three blobs in the replica, when it holds all of them at the
-// shard's size for this global batch (else nulls).
+// This shard's blobs of `kinds` in the replica, when it holds all of them
+// at the shard's size for this global batch (else false).
 bool FindShard(const RestoredState* replica, const ParallelPlan& plan,
-               int global_rows, const Blob* parts[3]) {
+               int global_rows, const std::vector<const char*>& kinds,
+               std::vector<const Blob*>& parts) {
   if (!replica || !replica->metadata.contains("iterator") ||
       replica->metadata["iterator"].value("global_rows", 0) != global_rows) {
     return false;
   }
-  const char* kinds[3] = {"params", "adam_m", "adam_v"};
-  for (int i = 0; i < 3; ++i) {
-    auto it = replica->blobs.find(ShardBlobName(
-        kinds[i], plan.shard_begin(), plan.tensor_rank(), plan.tensor_size(),
-        plan.stage_rank(), plan.stage_size()));
+  parts.clear();
+  for (const char* kind : kinds) {
+    auto it = replica->blobs.find(
+        ShardBlobName(kind, plan.shard_begin(), plan.tensor_rank(),
+                      plan.tensor_size(), plan.stage_rank(), plan.stage_size(),
+                      plan.diloco_rank(), plan.diloco_size()));
     if (it == replica->blobs.end() ||
         it->second.data.size() !=
             static_cast<size_t>(plan.shard_count()) * sizeof(float)) {
       return false;
     }
-    parts[i] = &it->second;
+    parts.push_back(&it->second);
   }
   return true;
 }
 
 }  // namespace
 
-Result<ReplicaRestore> RestoreFromReplicas(ParallelPlan& plan,
-                                           const RestoredState* replica,
-                                           int64_t restored_step,
-                                           int global_rows, DeviceBuffers& b) {
+Result<ReplicaRestore> RestoreFromReplicas(
+    ParallelPlan& plan, const RestoredState* replica, int64_t restored_step,
+    int global_rows, DeviceBuffers& b, const std::vector<ExtraShard>& extra) {
   ReplicaRestore result;
-  const Blob* parts[3] = {nullptr, nullptr, nullptr};
-  const float have = FindShard(replica, plan, global_rows, parts)
+  std::vector<const char*> kinds = {"params", "adam_m", "adam_v"};
+  std::vector<float*> targets = {b.shard.data(), b.adam_m.data(),
+                                 b.adam_v.data()};
+  for (const ExtraShard& e : extra) {
+    kinds.push_back(e.kind);
+    targets.push_back(e.data);
+  }
+  std::vector<const Blob*> parts;
+  const float have = FindShard(replica, plan, global_rows, kinds, parts)
                          ? static_cast<float>(replica->step)
                          : -1.0f;
   float newest = have;
@@ -63,14 +71,12 @@ Result<ReplicaRestore> RestoreFromReplicas(ParallelPlan& plan,
   float root = mine ? static_cast<float>(plan.data_rank()) : 1e9f;
   RETURN_IF_ERROR(
       plan.ReduceOverData(&root, 1, "replica-root", ReduceOp::kMin));
-  std::vector<float>* targets[3] = {&b.shard, &b.adam_m, &b.adam_v};
-  for (int i = 0; i < 3; ++i) {
+  for (size_t i = 0; i < targets.size(); ++i) {
     if (mine) {
-      std::memcpy(targets[i]->data(), parts[i]->data.data(),
-                  parts[i]->data.size());
+      std::memcpy(targets[i], parts[i]->data.data(), parts[i]->data.size());
     }
-    RETURN_IF_ERROR(plan.BroadcastOverData(
-        static_cast<int>(root), targets[i]->data(), "replica-state"));
+    RETURN_IF_ERROR(plan.BroadcastOverData(static_cast<int>(root), targets[i],
+                                           "replica-state"));
   }
   result.step = static_cast<int64_t>(newest);
   result.root = static_cast<int>(root);

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "common/status.h"
 #include "train/checkpoint.h"
@@ -23,12 +24,22 @@ struct ReplicaRestore {
   int64_t uncovered_step = -1;
 };
 
+// A buffer of the shard's size restored besides the weights and moments
+// (DiLoCo's outer state): its blob kind and where it goes.
+struct ExtraShard {
+  const char* kind;
+  float* data;
+};
+
 // replica: this host's replica (null: none); global_rows: this run's global
 // batch, which the replica's must equal. On a restore b's shard and moments
-// hold the replica's.
-Result<ReplicaRestore> RestoreFromReplicas(ParallelPlan& plan,
-                                           const RestoredState* replica,
-                                           int64_t restored_step,
-                                           int global_rows, DeviceBuffers& b);
+// hold the replica's, and so does every `extra` buffer. Under DiLoCo the
+// blobs are this device's replica's (diloco rank), and a replica restores
+// only from its own data replicas: a DiLoCo replica lost whole falls back
+// to the checkpoint.
+Result<ReplicaRestore> RestoreFromReplicas(
+    ParallelPlan& plan, const RestoredState* replica, int64_t restored_step,
+    int global_rows, DeviceBuffers& b,
+    const std::vector<ExtraShard>& extra = {});
 
 }  // namespace multislice::train

@@ -50,6 +50,7 @@ Status Reporter::Step(const StepRecord& r, int64_t first_step,
                    .count()}};
   if (mfu > 0) record["mfu"] = mfu;
   if (r.val_loss) record["val_loss"] = *r.val_loss;
+  record["dcn_bytes"] = r.dcn_bytes;
   if (r.pipeline_bubble) {
     record["pipeline_seconds"] = *r.pipeline_seconds;
     record["pipeline_bubble"] = *r.pipeline_bubble;

@@ -24,6 +24,9 @@ struct StepRecord {
   int64_t step = 0;
   double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
   std::optional<double> val_loss;
+  // Bytes the reporting process sent over DCN during the step (the
+  // runtime's counters of its devices; 0 on one slice).
+  uint64_t dcn_bytes = 0;
   // With pipeline stages: the forward/backward schedule's wall seconds (on
   // the reporting device) and the fraction of it the busiest stage did not
   // compute.

@@ -43,6 +43,10 @@ struct StateSaverOptions {
   int num_slices = 1;
   int tensor_parallelism = 1;    // the mesh's tensor axis
   int pipeline_parallelism = 1;  // and its stage axis
+  // DiLoCo's replicas (0 without DiLoCo) and whether the outer state has a
+  // pending fragment sum (overlapped syncs).
+  int diloco_replicas = 0;
+  bool diloco_pending = false;
   // The process's rows of the global batch: its first device's first row
   // and the rows of all its devices.
   int row_begin = 0, rows = 1;

@@ -26,6 +26,7 @@
 #include "runtime/comm/types.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/diloco.h"
 #include "train/metrics.h"
 #include "train/model_step.h"
 #include "train/optimizer.h"
@@ -67,6 +68,13 @@ std::string MeshText(const mesh::DeviceMesh& mesh) {
     text += (a ? " " : "") + mesh.axis_names[a] + "=" +
             std::to_string(mesh.shape[a]);
   }
+  return text;
+}
+
+// A key's number as written: "0.3", "1e-05".
+std::string FormatNumber(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", v);
   return text;
 }
 
@@ -249,11 +257,10 @@ class Trainer {
     std::unique_ptr<ModelStep> step;
     ShardOptimizer optimizer;
     int64_t start_step;
-    StateShard shard() const {
-      return {plan.shard_begin(),  state.shard.data(), state.adam_m.data(),
-              state.adam_v.data(), plan.shard_count(), plan.tensor_rank(),
-              plan.tensor_size(),  plan.stage_rank(),  plan.stage_size()};
-    }
+    std::unique_ptr<OuterOptimizer> outer;  // DiLoCo's, or null
+    // The state to save; with_outer: the outer state too (a checkpoint
+    // takes it from replica 0 only, an in-memory replica from every one).
+    StateShard shard(bool with_outer) const;
   };
   struct StepResult {
     bool stop = false;  // a process of the job has failed
@@ -268,7 +275,14 @@ class Trainer {
   Result<std::unique_ptr<Device>> StartDevice(int local);
   int RowsPerDevice(const ParallelPlan& plan) const;
   void InitShard(const ParallelPlan& plan, DeviceBuffers& state) const;
+  void TakeShard(const ParallelPlan& plan, const std::vector<float>& whole,
+                 float* out) const;
   Status RestoreReplica(Device& d);
+  Status StartOuterOptimizer(Device& d);
+  Status CheckDilocoState(const FullState& state) const;
+  void PrintDilocoLine() const;
+  uint64_t ProcessDcnBytes() const;
+  Result<bool> StopsAt(Device& d, int64_t step, float replica_fault);
   Result<StepResult> TrainStep(Device& d, int64_t step);
   Status RecordBubble(Device& d, StepRecord& record);
   PipelineStepOptions StepOptions(const ParallelPlan& plan) const;
@@ -337,12 +351,20 @@ Status Trainer::TrainOnDevice(int local) {
       ASSIGN_OR_RETURN(r.record.val_loss, Evaluate(*d));
     }
     if (d->reporter_thread) Report(*d, r.record);
-    if (replicas_ && step % config_.in_memory_replica_period == 0) {
-      saver_->SaveReplica(local, step, d->shard(), d->train_data.state());
+    const bool replica_step =
+        replicas_ && step % config_.in_memory_replica_period == 0;
+    const bool checkpoint_step =
+        config_.enable_checkpointing &&
+        (step % config_.checkpoint_period == 0 || step == config_.steps);
+    if (d->outer && (replica_step || checkpoint_step)) {
+      RETURN_IF_ERROR(d->outer->Settle());
     }
-    if (config_.enable_checkpointing &&
-        (step % config_.checkpoint_period == 0 || step == config_.steps)) {
-      saver_->SaveCheckpoint(local, step, d->plan.data_rank() == 0, d->shard(),
+    if (replica_step) {
+      saver_->SaveReplica(local, step, d->shard(true), d->train_data.state());
+    }
+    if (checkpoint_step) {
+      saver_->SaveCheckpoint(local, step, d->plan.data_rank() == 0,
+                             d->shard(d->plan.diloco_rank() == 0),
                              d->train_data.state());
     }
     if (step_delay_ms > 0) {
@@ -359,31 +381,63 @@ Status Trainer::TrainOnDevice(int local) {
 // norm (with the job's failure flag) over every device, the optimizer.
 Result<Trainer::StepResult> Trainer::TrainStep(Device& d, int64_t step) {
   const Clock::time_point step_start = Clock::now();
+  const uint64_t dcn_before = d.reporter_thread ? ProcessDcnBytes() : 0;
   const Batch batch = d.train_data.At(step - 1);
   RETURN_IF_ERROR(d.plan.GatherWeights(d.state));
   ASSIGN_OR_RETURN(float loss, d.step->Train(batch, d.plan, d.state));
-  // The mean loss and the squared norm of the summed gradient, in one
-  // all-reduce (data replicas hold equal shards: each adds 1/data).
+  // In one all-reduce over the replica (the whole mesh without DiLoCo): the
+  // replica's mean loss, the squared norm of its summed gradient (data
+  // replicas hold equal shards: each adds 1/data) and the failure flag.
   float stats[3] = {
-      loss * d.plan.LossShare(),
+      loss * d.plan.ReplicaLossShare(),
       static_cast<float>(d.plan.ShardSquaredNorm(d.state.gradient)),
       saver_->FaultFlag(d.local)};
-  RETURN_IF_ERROR(d.plan.ReduceOverAll(stats, 3, "loss-and-norm"));
+  RETURN_IF_ERROR(d.plan.ReduceOverReplica(stats, 3, "loss-and-norm"));
   StepResult r;
-  if (stats[2] > 0) {
-    r.stop = true;
-    return r;
-  }
+  ASSIGN_OR_RETURN(r.stop, StopsAt(d, step, stats[2]));
+  if (r.stop) return r;
   r.record.step = step;
   r.record.loss = stats[0];
   r.record.grad_norm = d.optimizer.MeanNorm(static_cast<double>(stats[1]));
   r.record.lr = d.optimizer.Apply(step, r.record.grad_norm, d.state);
+  if (d.outer) {
+    RETURN_IF_ERROR(d.outer->AfterInnerStep(d.plan.collectives(), step,
+                                            d.state.shard.data()));
+  }
   r.record.seconds = SecondsSince(step_start);
+  if (d.reporter_thread) r.record.dcn_bytes = ProcessDcnBytes() - dcn_before;
   if (d.step->pipeline()) RETURN_IF_ERROR(RecordBubble(d, r.record));
   IteratorState next = d.train_data.state();
   next.step = step;
   RETURN_IF_ERROR(d.train_data.Restore(next));
   return r;
+}
+
+// Whether the job stops after this step: a process has failed. DiLoCo's
+// replicas meet only where a sync starts (every period / fragments steps)
+// and at the last step, so a failure in one replica stops every one there;
+// without DiLoCo the step's flag is the whole mesh's.
+Result<bool> Trainer::StopsAt(Device& d, int64_t step, float replica_fault) {
+  if (d.plan.diloco_size() == 1) return replica_fault > 0;
+  const int gap =
+      config_.diloco_sync_period /
+      (config_.enable_streaming_diloco ? config_.num_diloco_fragments : 1);
+  if (step % gap != 0 && step != config_.steps) return false;
+  float fault = replica_fault;
+  RETURN_IF_ERROR(
+      d.plan.ReduceOverAll(&fault, 1, "diloco-fault", runtime::ReduceOp::kMax));
+  return fault > 0;
+}
+
+// What this process's devices have sent over DCN so far.
+uint64_t Trainer::ProcessDcnBytes() const {
+  uint64_t bytes = 0;
+  for (size_t local = 0; local < rt_.local_devices().size(); ++local) {
+    bytes += rt_.collectives(static_cast<int>(local))
+                 .counters()
+                 .dcn_bytes_sent.load(std::memory_order_relaxed);
+  }
+  return bytes;
 }
 
 // The pipeline's bubble as the busiest stage sees it: the schedule's wall
@@ -393,8 +447,8 @@ Result<Trainer::StepResult> Trainer::TrainStep(Device& d, int64_t step) {
 Status Trainer::RecordBubble(Device& d, StepRecord& record) {
   const PipelineStep& pipeline = *d.step->pipeline();
   float busiest = static_cast<float>(pipeline.last_compute_seconds());
-  RETURN_IF_ERROR(d.plan.ReduceOverAll(&busiest, 1, "pipeline-compute",
-                                       runtime::ReduceOp::kMax));
+  RETURN_IF_ERROR(d.plan.ReduceOverReplica(&busiest, 1, "pipeline-compute",
+                                           runtime::ReduceOp::kMax));
   const double wall = pipeline.last_wall_seconds();
   if (wall <= 0) return OkStatus();
   record.pipeline_seconds = wall;
@@ -439,37 +493,105 @@ PipelineStepOptions Trainer::StepOptions(const ParallelPlan& plan) const {
 
 // The device's shard of the restored checkpoint, or of the initial weights
 // (the whole model's, the tensor rank's part of them).
-void Trainer::InitShard(const ParallelPlan& plan, DeviceBuffers& state) const {
+// The plan's shard of a whole-model buffer (the tensor rank's and stage's
+// part of it first).
+void Trainer::TakeShard(const ParallelPlan& plan,
+                        const std::vector<float>& whole, float* out) const {
   const int64_t begin = plan.shard_begin(), count = plan.shard_count();
   const int t = plan.tensor_size();
   const model::gpt::PipelineStage stage = plan.ModelStage();
-  const bool whole_model = t == 1 && stage.count == 1;
-  auto take = [&](const std::vector<float>& whole, std::vector<float>& out) {
-    if (whole_model) {
-      std::copy_n(whole.begin() + begin, count, out.begin());
-      return;
-    }
-    std::vector<float> local(static_cast<size_t>(plan.num_parameters()));
-    model::gpt::ExtractTensorShard(model_, t, plan.tensor_rank(), whole.data(),
-                                   local.data(), stage);
-    std::copy_n(local.begin() + begin, count, out.begin());
-  };
+  if (t == 1 && stage.count == 1) {
+    std::copy_n(whole.begin() + begin, count, out);
+    return;
+  }
+  std::vector<float> local(static_cast<size_t>(plan.num_parameters()));
+  model::gpt::ExtractTensorShard(model_, t, plan.tensor_rank(), whole.data(),
+                                 local.data(), stage);
+  std::copy_n(local.begin() + begin, count, out);
+}
+
+void Trainer::InitShard(const ParallelPlan& plan, DeviceBuffers& state) const {
   if (restored_) {
-    take(restored_->params, state.shard);
-    take(restored_->adam_m, state.adam_m);
-    take(restored_->adam_v, state.adam_v);
-  } else if (whole_model) {
+    // A DiLoCo checkpoint holds each replica's own inner state.
+    const int r = plan.diloco_rank();
+    const bool own = restored_->diloco_replicas > 1 && r > 0;
+    const InnerState* inner = own ? &restored_->more_replicas[r - 1] : nullptr;
+    TakeShard(plan, inner ? inner->params : restored_->params,
+              state.shard.data());
+    TakeShard(plan, inner ? inner->adam_m : restored_->adam_m,
+              state.adam_m.data());
+    TakeShard(plan, inner ? inner->adam_v : restored_->adam_v,
+              state.adam_v.data());
+    return;
+  }
+  if (plan.tensor_size() == 1 && plan.stage_size() == 1) {
     model::gpt::InitParameters(model_, static_cast<uint64_t>(config_.seed),
                                state.weights);
     if (plan.sharded()) {
-      std::copy_n(state.full.begin() + begin, count, state.shard.begin());
+      std::copy_n(state.full.begin() + plan.shard_begin(), plan.shard_count(),
+                  state.shard.begin());
     }
-  } else {
-    std::vector<float> whole(static_cast<size_t>(num_parameters_));
-    model::gpt::InitParameters(model_, static_cast<uint64_t>(config_.seed),
-                               whole.data());
-    take(whole, state.shard);
+    return;
   }
+  std::vector<float> whole(static_cast<size_t>(num_parameters_));
+  model::gpt::InitParameters(model_, static_cast<uint64_t>(config_.seed),
+                             whole.data());
+  TakeShard(plan, whole, state.shard.data());
+}
+
+// DiLoCo's outer optimizer on the device's shard: its outer copy starts as
+// the device's starting parameters, or as the checkpoint's outer state.
+Status Trainer::StartOuterOptimizer(Device& d) {
+  if (!config_.enable_diloco) return OkStatus();
+  OuterOptimizerOptions o;
+  o.learning_rate = config_.diloco_outer_lr;
+  o.momentum = config_.diloco_outer_momentum;
+  o.replica_axes = {"diloco"};
+  ASSIGN_OR_RETURN(o.wire, runtime::ParseWireType(config_.diloco_wire_dtype,
+                                                  "key 'diloco_wire_dtype'"));
+  o.sync_period = config_.diloco_sync_period;
+  if (config_.enable_streaming_diloco) {
+    ASSIGN_OR_RETURN(
+        auto fragments,
+        LayerFragments(model_, d.plan.tensor_size(), d.plan.ModelStage(),
+                       config_.num_diloco_fragments));
+    o.fragments =
+        ShardFragments(fragments, d.plan.shard_begin(), d.plan.shard_count());
+    o.overlap_steps = config_.num_communication_overlapping_steps;
+    o.alpha = config_.communication_overlapping_alpha;
+  }
+  d.outer = std::make_unique<OuterOptimizer>(o, d.state.shard.data(),
+                                             d.plan.shard_count());
+  if (!restored_ || restored_->diloco_replicas == 0) return OkStatus();
+  TakeShard(d.plan, restored_->outer, d.outer->outer().data());
+  TakeShard(d.plan, restored_->outer_momentum, d.outer->momentum().data());
+  if (!restored_->outer_pending.empty() && !d.outer->pending().empty()) {
+    TakeShard(d.plan, restored_->outer_pending, d.outer->pending().data());
+  }
+  d.outer->Resume(restored_step_);
+  return OkStatus();
+}
+
+// The state a save takes from the device.
+StateShard Trainer::Device::shard(bool with_outer) const {
+  StateShard s;
+  s.begin = plan.shard_begin();
+  s.params = state.shard.data();
+  s.adam_m = state.adam_m.data();
+  s.adam_v = state.adam_v.data();
+  s.count = plan.shard_count();
+  s.tensor_rank = plan.tensor_rank();
+  s.tensor_size = plan.tensor_size();
+  s.stage = plan.stage_rank();
+  s.stages = plan.stage_size();
+  s.replica = plan.diloco_rank();
+  s.replicas = plan.diloco_size();
+  if (outer && with_outer) {
+    s.outer = outer->outer().data();
+    s.outer_momentum = outer->momentum().data();
+    if (!outer->pending().empty()) s.outer_pending = outer->pending().data();
+  }
+  return s;
 }
 
 // The device's plan, state (restored, from a replica, or initialised),
@@ -477,6 +599,13 @@ void Trainer::InitShard(const ParallelPlan& plan, DeviceBuffers& state) const {
 Result<std::unique_ptr<Trainer::Device>> Trainer::StartDevice(int local) {
   ASSIGN_OR_RETURN(ParallelPlan plan,
                    ParallelPlan::Create(rt_.collectives(local), model_));
+  // The wire key is for the data axis across slices (DCN) only.
+  if (rt_.parallelism().dcn[mesh::kData] > 1) {
+    ASSIGN_OR_RETURN(runtime::WireType wire,
+                     runtime::ParseWireType(config_.dcn_gradient_wire_dtype,
+                                            "key 'dcn_gradient_wire_dtype'"));
+    plan.set_gradient_wire(wire);
+  }
   DeviceBuffers state = plan.Allocate();
   InitShard(plan, state);
   const int rows = RowsPerDevice(plan);
@@ -489,7 +618,7 @@ Result<std::unique_ptr<Trainer::Device>> Trainer::StartDevice(int local) {
                             global_rows_, plan.batch_shard(), rows, 1));
   const int t = plan.tensor_size();
   const int64_t begin = plan.shard_begin();
-  const int divisor = plan.batch_shards();
+  const int divisor = plan.gradient_shards();
   const model::gpt::PipelineStage stage = plan.ModelStage();
   std::unique_ptr<ModelStep> step = MakeModelStep(plan, StepOptions(plan));
   std::unique_ptr<Device> d(new Device{
@@ -497,7 +626,8 @@ Result<std::unique_ptr<Trainer::Device>> Trainer::StartDevice(int local) {
       std::move(train_data), std::move(val_data), std::move(step),
       ShardOptimizer(config_, model::gpt::WeightDecayMask(model_, t, stage),
                      begin, divisor),
-      restored_step_});
+      restored_step_, nullptr});
+  RETURN_IF_ERROR(StartOuterOptimizer(*d));
   RETURN_IF_ERROR(RestoreReplica(*d));
   if (d->reporter_thread) {
     reporter_->LoadHistory(d->start_step);
@@ -522,10 +652,22 @@ Status Trainer::RestoreReplica(Device& d) {
     summary_->restored_from = restored_ ? "checkpoint" : "none";
   }
   if (!replicas_) return OkStatus();
-  ASSIGN_OR_RETURN(ReplicaRestore r,
-                   RestoreFromReplicas(d.plan, replica_ ? &*replica_ : nullptr,
-                                       restored_step_, global_rows_, d.state));
-  if (r.step >= 0) d.start_step = r.step;
+  std::vector<ExtraShard> outer_state;
+  if (d.outer) {
+    outer_state = {{"outer", d.outer->outer().data()},
+                   {"outer_momentum", d.outer->momentum().data()}};
+    if (!d.outer->pending().empty()) {
+      outer_state.push_back({"outer_pending", d.outer->pending().data()});
+    }
+  }
+  ASSIGN_OR_RETURN(
+      ReplicaRestore r,
+      RestoreFromReplicas(d.plan, replica_ ? &*replica_ : nullptr,
+                          restored_step_, global_rows_, d.state, outer_state));
+  if (r.step >= 0) {
+    d.start_step = r.step;
+    if (d.outer) d.outer->Resume(r.step);
+  }
   if (!d.reporter_thread) return OkStatus();
   if (r.step >= 0) {
     summary_->restored_step = r.step;
@@ -590,6 +732,7 @@ Status Trainer::RestoreCheckpoint() {
         std::to_string(num_devices_) +
         " devices); choose per_device_batch_size so that they match");
   }
+  if (Status s = CheckDilocoState(*state); !s.ok()) return s;
   if (state->step > config_.steps) {
     return InvalidArgument("the checkpoint is at step " +
                            std::to_string(state->step) +
@@ -598,6 +741,30 @@ Status Trainer::RestoreCheckpoint() {
   restored_step_ = state->step;
   restored_ = std::move(*state);
   return OkStatus();
+}
+
+// A DiLoCo checkpoint resumes only as DiLoCo with as many replicas and the
+// same kind of outer state (a plain one starts DiLoCo from its weights).
+Status Trainer::CheckDilocoState(const FullState& state) const {
+  if (state.diloco_replicas == 0) return OkStatus();
+  const int replicas = rt_.parallelism().size(mesh::kDiloco);
+  const bool pending = config_.enable_streaming_diloco &&
+                       config_.num_communication_overlapping_steps > 0;
+  if (config_.enable_diloco && state.diloco_replicas == replicas &&
+      state.outer_pending.empty() != pending) {
+    return OkStatus();
+  }
+  return InvalidArgument(
+      "the checkpoint in " + ckpt_options_.directory + " holds " +
+      std::to_string(state.diloco_replicas) + " DiLoCo replica(s)" +
+      (state.outer_pending.empty() ? "" : " with a fragment sync in flight") +
+      " and this run has " +
+      (config_.enable_diloco
+           ? std::to_string(replicas) + " (" + (pending ? "with" : "without") +
+                 " overlapped fragment syncs)"
+           : std::string("DiLoCo off")) +
+      "; resume it with the same enable_diloco, diloco axis and "
+      "num_communication_overlapping_steps, or use another run_name");
 }
 
 // In-memory recovery: this host's replica, when newer than the checkpoint.
@@ -662,6 +829,7 @@ Status Trainer::StartRunDirectory() {
             rt_.parallelism().size(mesh::kTensor) / m,
         100.0 * BubbleFraction(p, m));
   }
+  if (config_.enable_diloco) PrintDilocoLine();
   if (rt_.parallelism().dcn[mesh::kTensor] > 1) {
     // The seed: "we do not recommend tensor parallelism across slices,
     // because it needs a lot of bandwidth between them".
@@ -687,6 +855,32 @@ Status Trainer::StartRunDirectory() {
   return OkStatus();
 }
 
+// "DiLoCo: 2 replicas, an outer step every 36 steps (Nesterov SGD, lr 0.3,
+// momentum 0.9), pseudo-gradients as int8 on the wire", and the streaming
+// fragments.
+void Trainer::PrintDilocoLine() const {
+  const TrainConfig& c = config_;
+  std::string line =
+      "DiLoCo: " + std::to_string(rt_.parallelism().size(mesh::kDiloco)) +
+      " replica(s), an outer step every " +
+      std::to_string(c.diloco_sync_period) + " steps (Nesterov SGD, lr " +
+      FormatNumber(c.diloco_outer_lr) + ", momentum " +
+      FormatNumber(c.diloco_outer_momentum) + "), pseudo-gradients as " +
+      std::string(runtime::Name(
+          *runtime::ParseWireType(c.diloco_wire_dtype, "diloco_wire_dtype"))) +
+      " on the wire";
+  if (c.enable_streaming_diloco) {
+    line += "; streaming: " + std::to_string(c.num_diloco_fragments) +
+            " fragments of whole layers, one every " +
+            std::to_string(c.diloco_sync_period / c.num_diloco_fragments) +
+            " steps, each landing " +
+            std::to_string(c.num_communication_overlapping_steps) +
+            " step(s) later, mixed with alpha " +
+            FormatNumber(c.communication_overlapping_alpha);
+  }
+  std::printf("multislice train: %s\n", line.c_str());
+}
+
 StateSaverOptions Trainer::SaverOptions() {
   StateSaverOptions o;
   o.checkpoints = checkpoints_.get();
@@ -703,6 +897,11 @@ StateSaverOptions Trainer::SaverOptions() {
     if (rt_.mesh().axis_names[a] == "stage") {
       o.pipeline_parallelism = rt_.mesh().shape[a];
     }
+  }
+  if (config_.enable_diloco) {
+    o.diloco_replicas = rt_.parallelism().size(mesh::kDiloco);
+    o.diloco_pending = config_.enable_streaming_diloco &&
+                       config_.num_communication_overlapping_steps > 0;
   }
   o.row_begin = rt_.local_devices()[0] * config_.per_device_batch_size;
   o.rows = o.local_count * config_.per_device_batch_size;

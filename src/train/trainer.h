@@ -20,6 +20,10 @@
 //   fsdp, all-reduce the shard over data (chained) -> one all-reduce over
 //   every axis of the loss and the squared gradient norm -> clip, AdamW on
 //   the shard.
+// With DiLoCo (enable_diloco, docs/diloco.md) each diloco rank is a replica
+// that runs the step above on its own share of the global batch, reducing
+// only inside itself, and every period the outer optimizer (diloco.h)
+// averages the replicas' pseudo-gradients over the diloco axis.
 // The collectives reduce in a fixed order, so a run is bitwise repeatable on
 // the same mesh (the `deterministic` key is accepted and recorded).
 //

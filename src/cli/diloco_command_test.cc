@@ -1,0 +1,356 @@
+// DiLoCo end to end: `multislice train` with the diloco axis against the
+// algorithm written out as a plain loop on one device per replica (each
+// replica's inner AdamW steps on its rows of the global batch, the mean
+// pseudo-gradient, the outer Nesterov SGD in double, fragments of whole
+// layers for Streaming DiLoCo), on 2 replicas x fsdp 2; resume in the middle
+// of a period (with a fragment's sync in flight) bitwise; one replica with
+// outer lr 1 and momentum 0 is the plain run; and the wire types.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/train_test_fixture.h"
+#include "compute/adamw.h"
+#include "model/gpt.h"
+#include "model/schedule.h"
+#include "train/config.h"
+#include "train/data.h"
+#include "train/trainer.h"
+
+namespace multislice {
+namespace {
+
+using testing_util::ExpectClose;
+using testing_util::LoadState;
+using testing_util::Losses;
+using testing_util::MaxRelativeDifference;
+using testing_util::ReadFile;
+using testing_util::Spawn;
+using testing_util::WaitExit;
+using testing_util::With;
+
+// The DiLoCo keys of a run, for the run and for the reference loop.
+struct DilocoKeys {
+  int replicas = 2;
+  int sync_period = 2;
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+  int fragments = 1;  // > 1: Streaming DiLoCo
+  int overlap = 0;
+  double alpha = 0;
+
+  std::vector<std::string> Overrides() const {
+    std::vector<std::string> o = {
+        "enable_diloco=true",
+        "diloco_sync_period=" + std::to_string(sync_period),
+        "diloco_outer_lr=" + std::to_string(outer_lr),
+        "diloco_outer_momentum=" + std::to_string(outer_momentum)};
+    if (fragments > 1 || overlap > 0) {
+      o.push_back("enable_streaming_diloco=true");
+      o.push_back("num_diloco_fragments=" + std::to_string(fragments));
+      o.push_back("num_communication_overlapping_steps=" +
+                  std::to_string(overlap));
+      o.push_back("communication_overlapping_alpha=" + std::to_string(alpha));
+    }
+    return o;
+  }
+};
+
+// What the reference loop ends with.
+struct Reference {
+  std::vector<double> losses;  // replica 0's, per step (what is reported)
+  std::vector<double> outer;
+  std::vector<std::vector<float>> inner;  // by replica
+};
+
+// The fragment of each parameter: layer l of L in l * F / L, the
+// embeddings with fragment 0, the final LayerNorm with F - 1.
+std::vector<int> FragmentOf(const model::gpt::GptConfig& model, int fragments) {
+  std::vector<int> of(model::gpt::NumParameters(model), 0);
+  for (const model::gpt::ParamTensor& p : model::gpt::ParameterLayout(model)) {
+    int f = 0;  // wte, wpe
+    if (p.name.rfind("lnf", 0) == 0) f = fragments - 1;
+    if (p.name[0] == 'h' &&
+        std::isdigit(static_cast<unsigned char>(p.name[1]))) {
+      f = std::stoi(p.name.substr(1)) * fragments / model.num_layers;
+    }
+    std::fill_n(of.begin() + p.offset, p.size, f);
+  }
+  return of;
+}
+
+// DiLoCo on config (the run's keys) written out: every replica one device.
+Reference RunReference(const TrainConfig& config, const std::string& dataset,
+                       const DilocoKeys& k) {
+  const model::gpt::GptConfig model = train::GptConfigOf(config);
+  const int64_t n = model::gpt::NumParameters(model);
+  const int global_rows = config.per_device_batch_size * 4;  // 4 devices
+  const int rows = global_rows / k.replicas;
+  const int T = config.max_target_length;
+  std::vector<float> start(n);
+  model::gpt::InitParameters(model, static_cast<uint64_t>(config.seed),
+                             start.data());
+  const std::vector<uint8_t> mask = model::gpt::WeightDecayMask(model);
+  const std::vector<int> fragment = FragmentOf(model, k.fragments);
+  Reference ref;
+  ref.outer.assign(start.begin(), start.end());
+  std::vector<double> momentum(n, 0.0), delta(n, 0.0);
+  ref.inner.assign(k.replicas, start);
+  std::vector<std::vector<float>> m(k.replicas, std::vector<float>(n, 0.0f));
+  std::vector<std::vector<float>> v = m;
+  std::vector<train::DataIterator> data;
+  for (int r = 0; r < k.replicas; ++r) {
+    train::DataIteratorOptions o;
+    o.token_file = dataset + "/train.bin";
+    o.global_rows = global_rows;
+    o.row_begin = r * rows;
+    o.rows = rows;
+    o.seq_len = T;
+    o.seed = static_cast<uint64_t>(config.seed);
+    auto it = train::DataIterator::Create(o);
+    EXPECT_TRUE(it.ok()) << it.status().message();
+    data.push_back(std::move(*it));
+  }
+  model::gpt::GptModel gpt(model);
+  std::vector<float> grads(n);
+  const int gap = k.sync_period / k.fragments;
+  auto starts = [&](int64_t t, int f) {
+    return t % k.sync_period == ((f + 1) * gap) % k.sync_period;
+  };
+  for (int64_t step = 1; step <= config.steps; ++step) {
+    double loss = 0;
+    for (int r = 0; r < k.replicas; ++r) {
+      const train::Batch b = data[r].At(step - 1);
+      auto l = gpt.Forward(ref.inner[r].data(), b.inputs.data(),
+                           b.targets.data(), rows, T);
+      EXPECT_TRUE(l.ok());
+      if (r == 0) loss = *l;
+      EXPECT_TRUE(gpt.Backward(ref.inner[r].data(), grads.data()).ok());
+      double sq = 0;
+      for (float g : grads) sq += static_cast<double>(g) * g;
+      compute::AdamWOptions adam;
+      adam.beta1 = static_cast<float>(config.adam_b1);
+      adam.beta2 = static_cast<float>(config.adam_b2);
+      adam.eps = static_cast<float>(config.adam_eps);
+      adam.weight_decay = static_cast<float>(config.adam_weight_decay);
+      adam.grad_scale = model::ClipScale(
+          std::sqrt(sq),
+          static_cast<float>(config.gradient_clipping_threshold));
+      adam.lr = static_cast<float>(model::LearningRate(
+          step, config.steps, config.warmup_steps, config.learning_rate,
+          config.cosine_learning_rate_final_fraction));
+      compute::AdamWUpdate(ref.inner[r].data(), grads.data(), m[r].data(),
+                           v[r].data(), n, adam, step, mask.data());
+    }
+    ref.losses.push_back(loss);
+    for (int f = 0; f < k.fragments; ++f) {
+      // Start: this fragment's mean pseudo-gradient from the inner values.
+      if (starts(step, f)) {
+        for (int64_t i = 0; i < n; ++i) {
+          if (fragment[i] != f) continue;
+          delta[i] = 0;
+          for (int r = 0; r < k.replicas; ++r) {
+            delta[i] += (ref.outer[i] - ref.inner[r][i]) / k.replicas;
+          }
+        }
+      }
+      // Land: the outer step and the mix, overlap steps after the start.
+      if (step > k.overlap && starts(step - k.overlap, f)) {
+        for (int64_t i = 0; i < n; ++i) {
+          if (fragment[i] != f) continue;
+          momentum[i] = k.outer_momentum * momentum[i] + delta[i];
+          ref.outer[i] -=
+              k.outer_lr * (delta[i] + k.outer_momentum * momentum[i]);
+          for (int r = 0; r < k.replicas; ++r) {
+            ref.inner[r][i] = static_cast<float>(k.alpha * ref.inner[r][i] +
+                                                 (1 - k.alpha) * ref.outer[i]);
+          }
+        }
+      }
+    }
+  }
+  return ref;
+}
+
+class DilocoCommandTest : public testing_util::TrainRunTest {
+ protected:
+  // The mesh of the tests: 2 slices of cpu-2, fsdp 2 inside each, DiLoCo
+  // (keys.replicas of them) over the slices, or data parallelism.
+  std::vector<std::string> Mesh(const DilocoKeys& keys) const {
+    return {"per_device_batch_size=2",
+            "ici_fsdp_parallelism=2",
+            "dcn_diloco_parallelism=" + std::to_string(keys.replicas),
+            "dcn_data_parallelism=" + std::to_string(2 / keys.replicas),
+            "--num_slices",
+            "2",
+            "--accelerator_type",
+            "cpu-2"};
+  }
+
+  TrainConfig Config(const std::vector<std::string>& overrides) const {
+    auto c = LoadTrainConfig(data_->path() + "/tiny.yml", overrides);
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    return c.ok() ? *c : TrainConfig{};
+  }
+
+  // Trains `keys` for `steps` and checks the losses, every replica's
+  // parameters and the outer parameters at the end against the loop.
+  void ExpectReference(const std::string& name, const DilocoKeys& keys,
+                       int steps) {
+    const std::vector<std::string> common =
+        With(keys.Overrides(), {"steps=" + std::to_string(steps),
+                                "checkpoint_period=" + std::to_string(steps)});
+    const nlohmann::json run =
+        Train(With(With(Mesh(keys), common), {"run_name=" + name}), name);
+    const Reference ref = RunReference(
+        Config(With(common, {"per_device_batch_size=2"})), DatasetDir(), keys);
+    ExpectClose(Losses(run), ref.losses, 1e-5, name);
+    const train::FullState state = LoadState(RunDir(name), steps);
+    ASSERT_EQ(state.diloco_replicas, keys.replicas) << name;
+    ASSERT_EQ(state.more_replicas.size(), size_t(keys.replicas - 1));
+    const std::vector<float> outer(ref.outer.begin(), ref.outer.end());
+    EXPECT_LT(MaxRelativeDifference(state.outer, outer), 1e-4) << name;
+    EXPECT_LT(MaxRelativeDifference(state.params, ref.inner[0]), 1e-4) << name;
+    EXPECT_LT(
+        MaxRelativeDifference(state.more_replicas[0].params, ref.inner[1]),
+        1e-4)
+        << name;
+  }
+};
+
+// Plain DiLoCo: 3 outer steps of period 2.
+TEST_F(DilocoCommandTest, DilocoMatchesTheAlgorithmWrittenOut) {
+  ExpectReference("diloco", DilocoKeys{}, 6);
+}
+
+// Streaming DiLoCo: 2 fragments (one layer each), period 4, each sync
+// landing one step after it starts and mixed half and half.
+DilocoKeys Streaming() {
+  DilocoKeys keys;
+  keys.sync_period = 4;
+  keys.fragments = 2;
+  keys.overlap = 1;
+  keys.alpha = 0.5;
+  return keys;
+}
+
+// Streaming DiLoCo for 3 rounds.
+TEST_F(DilocoCommandTest, StreamingDilocoMatchesTheAlgorithmWrittenOut) {
+  ExpectReference("streaming", Streaming(), 12);
+}
+
+// A checkpoint at step 6, while fragment 0's sync (started at step 6) is in
+// flight, resumes to the same losses and state as the run that went on.
+TEST_F(DilocoCommandTest, ResumeMidPeriodIsBitwiseExact) {
+  const DilocoKeys keys = Streaming();
+  const std::vector<std::string> args =
+      With(With(Mesh(keys), keys.Overrides()),
+           {"steps=8", "checkpoint_period=6", "run_name=resume"});
+  const nlohmann::json whole = Train(args, "whole");
+  const train::FullState end = LoadState(RunDir("resume"), 8);
+  const train::FullState at6 = LoadState(RunDir("resume"), 6);
+  EXPECT_FALSE(at6.outer_pending.empty());
+  std::filesystem::remove_all(RunDir("resume") + "/checkpoints/8");
+  const nlohmann::json resumed = Train(args, "resumed");
+  EXPECT_EQ(resumed.value("restored_step", -1), 6);
+  const std::vector<double> all = Losses(whole), tail = Losses(resumed);
+  ASSERT_EQ(tail.size(), 2u);
+  EXPECT_EQ(tail[0], all[6]);
+  EXPECT_EQ(tail[1], all[7]);
+  const train::FullState again = LoadState(RunDir("resume"), 8);
+  EXPECT_EQ(again.outer, end.outer);
+  EXPECT_EQ(again.outer_momentum, end.outer_momentum);
+  EXPECT_EQ(again.params, end.params);
+  ASSERT_EQ(again.more_replicas.size(), 1u);
+  EXPECT_EQ(again.more_replicas[0].params, end.more_replicas[0].params);
+  EXPECT_EQ(again.more_replicas[0].adam_v, end.more_replicas[0].adam_v);
+}
+
+// One replica, an outer step every step with lr 1 and momentum 0: the outer
+// step puts back the inner parameters (up to the rounding of
+// outer - (outer - inner)), so training is the plain run's. (With two
+// replicas it is not data parallelism: the mean of two AdamW updates is not
+// the AdamW update of the mean gradient.)
+TEST_F(DilocoCommandTest, OneReplicaWithOuterLrOneIsThePlainRun) {
+  DilocoKeys keys;
+  keys.replicas = 1;
+  keys.sync_period = 1;
+  keys.outer_lr = 1;
+  keys.outer_momentum = 0;
+  const std::vector<std::string> common = {"steps=4", "checkpoint_period=4"};
+  const nlohmann::json plain =
+      Train(With(With(Mesh(keys), common), {"run_name=plain"}), "plain");
+  const nlohmann::json diloco =
+      Train(With(With(With(Mesh(keys), common), keys.Overrides()),
+                 {"run_name=one_replica"}),
+            "one_replica");
+  ExpectClose(Losses(diloco), Losses(plain), 1e-6, "one replica");
+  EXPECT_LT(MaxRelativeDifference(LoadState(RunDir("one_replica"), 4).params,
+                                  LoadState(RunDir("plain"), 4).params),
+            1e-6);
+}
+
+// The per-step gradient all-reduce across slices in int8 and bf16: the
+// losses move off the f32 run's (the wire is used) but stay within 1 %.
+TEST_F(DilocoCommandTest, CompressedGradientWireStaysCloseToF32) {
+  DilocoKeys plain;
+  plain.replicas = 1;
+  const std::vector<std::string> common = {"steps=6", "checkpoint_period=6"};
+  const nlohmann::json f32 =
+      Train(With(With(Mesh(plain), common), {"run_name=f32"}), "f32");
+  for (const std::string wire : {"bf16", "int8"}) {
+    const nlohmann::json run =
+        Train(With(With(Mesh(plain), common),
+                   {"run_name=" + wire, "dcn_gradient_wire_dtype=" + wire}),
+              wire);
+    ExpectClose(Losses(run), Losses(f32), 1e-2, wire);
+    EXPECT_NE(LoadState(RunDir(wire), 6).params,
+              LoadState(RunDir("f32"), 6).params)
+        << wire;
+  }
+}
+
+// A DiLoCo checkpoint resumes only as DiLoCo with as many replicas (each
+// worker finds it in the checkpoint and says the same sentence); the diloco
+// axis without enable_diloco is refused before any worker starts.
+TEST_F(DilocoCommandTest, MismatchedDilocoIsOneSentenceAndExitCode2) {
+  DilocoKeys keys;
+  Train(With(With(Mesh(keys), keys.Overrides()),
+             {"steps=2", "checkpoint_period=2", "run_name=saved"}),
+        "saved");
+  DilocoKeys plain;
+  plain.replicas = 1;
+  struct Case {
+    std::vector<std::string> args;
+    std::string sentence;
+  };
+  const std::vector<Case> cases = {
+      {With(Mesh(plain), {"steps=4", "run_name=saved"}),
+       "holds 2 DiLoCo replica(s) and this run has DiLoCo off; resume it "
+       "with the same enable_diloco"},
+      {With(Mesh(keys), {"steps=4", "run_name=other"}),
+       "keys ici_diloco_parallelism (1) x dcn_diloco_parallelism (2) = 2 "
+       "replicas: expected enable_diloco=true"},
+  };
+  for (const Case& c : cases) {
+    testing_util::Child child = Spawn(Args(c.args), {}, dir_.path(), "bad");
+    EXPECT_EQ(WaitExit(child, 120), 2) << c.sentence;
+    const std::string err = ReadFile(child.err);
+    EXPECT_NE(err.find(c.sentence), std::string::npos) << err;
+    // Every line is that sentence, but the launcher's about the exit.
+    std::istringstream lines(err);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find("exited with code 2") != std::string::npos) continue;
+      EXPECT_NE(line.find(c.sentence), std::string::npos) << line;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace multislice
