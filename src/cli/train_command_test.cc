@@ -764,13 +764,21 @@ TEST_F(TrainCommandTest, MemoryEstimateMatchesPeakRss) {
       {"rss-f32-gpipe2",
        {"per_device_batch_size=16", "ici_pipeline_parallelism=2",
         "ici_fsdp_parallelism=1", "num_pipeline_microbatches=8",
-        "pipeline_parallel_schedule=GPipe", "--accelerator_type", "cpu-2"}}};
-  // Under an ISA cap (the @avx2 and @baseline runs) only the cases whose
-  // buffers depend on the matmul route: the f32 meshes allocate alike at
-  // every level.
+        "pipeline_parallel_schedule=GPipe", "--accelerator_type", "cpu-2"}},
+      // Two DiLoCo replicas in the slice, streaming with an overlapped
+      // sync: the outer state's four buffers per device.
+      {"rss-f32-diloco2",
+       {"per_device_batch_size=16", "ici_diloco_parallelism=2",
+        "ici_fsdp_parallelism=1", "enable_diloco=true",
+        "enable_streaming_diloco=true", "diloco_sync_period=4",
+        "num_diloco_fragments=2", "num_communication_overlapping_steps=1",
+        "--accelerator_type", "cpu-2"}}};
+  // Under an ISA cap (the @avx2 and @baseline runs) only the first two
+  // cases (one f32, one bf16: the buffers that depend on the matmul
+  // route); the other f32 meshes allocate alike at every level.
   const bool capped = std::getenv("MULTISLICE_MAX_ISA") != nullptr;
   for (const auto& [name, extra] : cases) {
-    if (capped && (name == "rss-f32-tensor2" || name == "rss-f32-gpipe2")) {
+    if (capped && name != "rss-f32" && name != "rss-bf16-fsdp2") {
       continue;
     }
     Child c = Spawn(Args(With(With(common, extra), {"run_name=" + name})), {},

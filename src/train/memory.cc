@@ -86,16 +86,35 @@ uint64_t ActivationBytesPerDevice(const TrainConfig& c, bool via_f32,
          (m > 1 ? kF32 * N : 0);
 }
 
+// Shard-sized f32 buffers of DiLoCo's outer state per device: the outer
+// copy, the momentum, the pseudo-gradient, the pending sum of an overlapped
+// sync; 0 without DiLoCo.
+uint64_t OuterBuffers(const TrainConfig& c) {
+  if (!c.enable_diloco) return 0;
+  const bool pending =
+      c.enable_streaming_diloco && c.num_communication_overlapping_steps > 0;
+  return pending ? 4 : 3;
+}
+
+// DiLoCo's replicas of a config (its -1 counted as 1: the estimate is made
+// on the resolved mesh's keys).
+uint64_t DilocoReplicas(const TrainConfig& c) {
+  return static_cast<uint64_t>(std::max(1, c.ici_diloco_parallelism) *
+                               std::max(1, c.dcn_diloco_parallelism));
+}
+
 uint64_t WeightBytesPerDevice(const TrainConfig& c, uint64_t N, int fsdp) {
   const uint64_t shard = (N + fsdp - 1) / fsdp;
-  uint64_t bytes = kF32 * (3 * shard + N);    // weights, m, v; the gradient
+  uint64_t bytes = kF32 * ((3 + OuterBuffers(c)) * shard +
+                           N);  // weights, m, v, outer state; the gradient
   if (fsdp > 1) bytes += kF32 * (N + shard);  // gathered; gradient shard
   if (MatmulDType(c) == DType::kBF16) bytes += kBf16 * N;
   return bytes;
 }
 
 uint64_t StagingBytes(const TrainConfig& c, uint64_t N, const WorkerShape& s) {
-  const uint64_t shard_state = 3 * kF32 * ((N + s.fsdp - 1) / s.fsdp);
+  const uint64_t shard_state =
+      (3 + OuterBuffers(c)) * kF32 * ((N + s.fsdp - 1) / s.fsdp);
   uint64_t bytes = 0;
   if (c.enable_checkpointing) {
     const uint64_t shards = std::min(s.local_devices, s.fsdp);
@@ -183,8 +202,11 @@ MemoryEstimate EstimateWorkerMemory(const TrainConfig& c,
   e.per_device_batch_size = c.per_device_batch_size;
   const uint64_t whole =
       static_cast<uint64_t>(model::gpt::NumParameters(GptConfigOf(c)));
-  e.weights_and_optimizer = local * WeightBytesPerDevice(c, N, s.fsdp) + N +
-                            (s.restoring ? 3 * kF32 * whole : 0);
+  e.weights_and_optimizer =
+      local * WeightBytesPerDevice(c, N, s.fsdp) + N +
+      (s.restoring
+           ? (3 * DilocoReplicas(c) + (c.enable_diloco ? 3 : 0)) * kF32 * whole
+           : 0);
   e.activations = local * ActivationBytesPerDevice(c, s.bf16_via_f32, s, N);
   e.checkpoint_staging = StagingBytes(c, N, s);
   e.runtime = kRuntimeBytes + s.dataset_bytes * local /

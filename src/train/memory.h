@@ -13,7 +13,10 @@
 //     with bf16 matmuls the weights' bf16 copy (N x 2 bytes). Per process
 //     the weight-decay mask (N bytes) and, when a checkpoint is restored,
 //     its unsharded state (3 x the whole model's parameters, f32), kept for
-//     the whole run.
+//     the whole run. With DiLoCo the outer state per device (the outer
+//     copy, the momentum and the pseudo-gradient's buffer, N/fsdp each, and
+//     the pending sum with overlapped syncs), and a restored checkpoint
+//     holds every replica's state and the outer state.
 //   activations, per device: what GptModel keeps for the backward of its
 //     B x T tokens (B x t rows and C/t, heads/t, mlp/t of the attention
 //     and the MLP with tensor parallelism t; per layer 8 [BT, C] tensors,
@@ -27,10 +30,10 @@
 //     activation and gradient buffers, and a microbatch's gradient (N, of
 //     the first stage's parameters).
 //   checkpoint staging: the copy of this host's shards (3 x N/fsdp per
-//     fsdp rank) handed to the writer, twice with async saves (a new copy is
-//     made while the previous one may still be written); with in-memory
-//     recovery also the replica's copies and its two steps of files in
-//     /dev/shm, which is memory too.
+//     fsdp rank, plus the outer state's under DiLoCo) handed to the writer,
+//     twice with async saves (a new copy is made while the previous one may
+//     still be written); with in-memory recovery also the replica's copies and
+//     its two steps of files in /dev/shm, which is memory too.
 //   runtime: kRuntimeBytes for the binary, its libraries and threads, this
 //     host's share of the token files, and the start-up matmul peak
 //     measurement (three 2048 x 2048 operands per device), which is freed
