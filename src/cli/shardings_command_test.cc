@@ -117,7 +117,15 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{{"--accelerator_type", "cpu-4", "-if", "2",
                  "--ici_pipeline_parallelism", "-1"},
                 "multislice shardings: ici_pipeline_parallelism=2: "
-                "multislice shardings has no pipeline stages; expected 1"}));
+                "multislice shardings has no pipeline stages; expected 1"},
+        BadCase{{"--dcn_diloco_parallelism", "2"},
+                "multislice shardings: dcn_diloco_parallelism=2: multislice "
+                "shardings has no DiLoCo replicas (multislice train has); "
+                "expected 1"},
+        BadCase{{"--ici_diloco_parallelism", "2", "-if", "1"},
+                "multislice shardings: ici_diloco_parallelism=2: multislice "
+                "shardings has no DiLoCo replicas (multislice train has); "
+                "expected 1"}));
 
 // What a Progress wrote to a temporary file.
 std::string Contents(FILE* f) {

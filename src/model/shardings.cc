@@ -56,14 +56,22 @@ Result<ShardingsShapes> ComputeShardingsShapes(
   s.data = resolved.size(mesh::kData);
   s.fsdp = resolved.size(mesh::kFsdp);
   s.tensor = resolved.size(mesh::kTensor);
-  // The original's mesh has no stage axis: every device holds every layer.
+  // The original's mesh has no stage or diloco axis: every device holds
+  // every layer, and every replica meets every step.
   for (int level = 0; level < 2; ++level) {
-    const int stages = (level == 0 ? resolved.ici : resolved.dcn)[mesh::kStage];
-    if (stages != 1) {
-      return InvalidArgument(std::string(level == 0 ? "ici" : "dcn") +
-                             "_pipeline_parallelism=" + std::to_string(stages) +
+    const mesh::AxisSizes& sizes = level == 0 ? resolved.ici : resolved.dcn;
+    const std::string prefix = level == 0 ? "ici" : "dcn";
+    if (sizes[mesh::kStage] != 1) {
+      return InvalidArgument(prefix + "_pipeline_parallelism=" +
+                             std::to_string(sizes[mesh::kStage]) +
                              ": multislice shardings has no pipeline stages; "
                              "expected 1");
+    }
+    if (sizes[mesh::kDiloco] != 1) {
+      return InvalidArgument(prefix + "_diloco_parallelism=" +
+                             std::to_string(sizes[mesh::kDiloco]) +
+                             ": multislice shardings has no DiLoCo replicas "
+                             "(multislice train has); expected 1");
     }
   }
   const int64_t e = config.embedding_dimension;
