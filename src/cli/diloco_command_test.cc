@@ -6,6 +6,7 @@
 // of a period (with a fragment's sync in flight) bitwise; one replica with
 // outer lr 1 and momentum 0 is the plain run; and the wire types.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -86,8 +87,10 @@ std::vector<int> FragmentOf(const model::gpt::GptConfig& model, int fragments) {
 }
 
 // DiLoCo on config (the run's keys) written out: every replica one device.
+// rejoin_after > 0: after that step replica 1 starts again at the outer
+// parameters with replica 0's moments (it lost its host's memory).
 Reference RunReference(const TrainConfig& config, const std::string& dataset,
-                       const DilocoKeys& k) {
+                       const DilocoKeys& k, int64_t rejoin_after = 0) {
   const model::gpt::GptConfig model = train::GptConfigOf(config);
   const int64_t n = model::gpt::NumParameters(model);
   const int global_rows = config.per_device_batch_size * 4;  // 4 devices
@@ -173,6 +176,13 @@ Reference RunReference(const TrainConfig& config, const std::string& dataset,
           }
         }
       }
+    }
+    if (step == rejoin_after) {
+      for (int64_t i = 0; i < n; ++i) {
+        ref.inner[1][i] = static_cast<float>(ref.outer[i]);
+      }
+      m[1] = m[0];
+      v[1] = v[0];
     }
   }
   return ref;
@@ -314,6 +324,55 @@ TEST_F(DilocoCommandTest, CompressedGradientWireStaysCloseToF32) {
               LoadState(RunDir("f32"), 6).params)
         << wire;
   }
+}
+
+// Slice 1 is killed mid-run and comes back on a fresh host (its in-memory
+// replica gone): slice 0 restores its newest step from its own memory, and
+// replica 1 rejoins at slice 0's outer parameters instead of both going back
+// to the checkpoint. The run from there is the loop with that rejoin.
+TEST_F(DilocoCommandTest, LostReplicaRejoinsAtTheOuterParameters) {
+  DilocoKeys keys;
+  keys.sync_period = 4;
+  const std::string run = "rejoin" + std::to_string(::getpid());
+  const std::vector<std::string> args = With(
+      With(Mesh(keys), keys.Overrides()),
+      {"steps=16", "checkpoint_period=100", "enable_in_memory_recovery=true",
+       "in_memory_replica_period=1", "run_name=" + run});
+  const std::string memory =
+      "/dev/shm/multislice-" + std::to_string(::getuid());
+  const std::string replica0 = memory + "/local-slice0/" + run;
+  const std::string replica1 = memory + "/local-slice1/" + run;
+  testing_util::Child victim = Spawn(
+      Args(args), {"MULTISLICE_TEST_STEP_DELAY_MS=150"}, dir_.path(), "first");
+  ASSERT_TRUE(testing_util::WaitForFile(replica0 + "/worker0/6/COMMITTED", 120))
+      << ReadFile(victim.err);
+  ASSERT_NO_FATAL_FAILURE(testing_util::KillWorker(victim, 1));
+  std::filesystem::remove_all(replica1);
+  const nlohmann::json resumed = Train(args, "second");
+  const int64_t restored = resumed.value("restored_step", int64_t{-1});
+  EXPECT_EQ(resumed.value("restored_from", std::string()), "replica");
+  ASSERT_GE(restored, 6);
+  ASSERT_LT(restored, 16);
+  const Reference ref = RunReference(
+      Config(With(keys.Overrides(), {"steps=16", "per_device_batch_size=2"})),
+      DatasetDir(), keys, restored);
+  const std::vector<double> losses = Losses(resumed);
+  ASSERT_EQ(losses.size(), static_cast<size_t>(16 - restored));
+  for (size_t i = 0; i < losses.size(); ++i) {
+    EXPECT_NEAR(losses[i], ref.losses[restored + i],
+                1e-5 * ref.losses[restored + i])
+        << "step " << restored + i + 1;
+  }
+  const train::FullState end = LoadState(RunDir(run), 16);
+  ASSERT_EQ(end.more_replicas.size(), 1u);
+  EXPECT_LT(MaxRelativeDifference(end.more_replicas[0].params, ref.inner[1]),
+            1e-4);
+  EXPECT_LT(
+      MaxRelativeDifference(
+          end.outer, std::vector<float>(ref.outer.begin(), ref.outer.end())),
+      1e-4);
+  std::filesystem::remove_all(replica0);
+  std::filesystem::remove_all(replica1);
 }
 
 // A DiLoCo checkpoint resumes only as DiLoCo with as many replicas (each

@@ -44,6 +44,7 @@ using testing_util::Clock;
 using testing_util::CompleteSteps;
 using testing_util::ExpectClose;
 using testing_util::ExpectLossesFrom;
+using testing_util::KillWorker;
 using testing_util::LoadState;
 using testing_util::Losses;
 using testing_util::MaxRelativeDifference;
@@ -120,15 +121,6 @@ size_t Count(const std::string& text, const std::string& what) {
     ++n;
   }
   return n;
-}
-
-// Kills worker `which` of the two that `victim` launched; the launcher
-// reports the lost worker with its status (128 + SIGKILL).
-void KillWorker(const Child& victim, size_t which) {
-  std::vector<pid_t> workers = Workers(victim);
-  ASSERT_EQ(workers.size(), 2u);
-  ::kill(workers[which], SIGKILL);
-  EXPECT_EQ(WaitExit(victim, 60), 128 + SIGKILL);
 }
 
 // One device and each mesh train the same global batch of 8 rows: in f32,

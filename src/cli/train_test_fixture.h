@@ -6,6 +6,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <cmath>
@@ -140,6 +141,15 @@ inline void ExpectLossesFrom(const nlohmann::json& resumed, int64_t restored,
     EXPECT_EQ(losses[i], uninterrupted[restored + i])
         << "step " << restored + i + 1;
   }
+}
+
+// Kills worker `which` of the two that `victim` launched; the launcher
+// reports the lost worker with its status (128 + SIGKILL).
+inline void KillWorker(const Child& victim, size_t which) {
+  std::vector<pid_t> workers = Workers(victim);
+  ASSERT_EQ(workers.size(), 2u);
+  ::kill(workers[which], SIGKILL);
+  EXPECT_EQ(WaitExit(victim, 60), 128 + SIGKILL);
 }
 
 }  // namespace multislice::testing_util

@@ -229,8 +229,8 @@ Status ParallelPlan::ReduceOverReplica(float* values, int n,
                                        const std::string& label,
                                        runtime::ReduceOp op) {
   return coll_
-      ->AllReduce(kReplica, values, values, static_cast<size_t>(n),
-                  DType::kF32, op, label)
+      ->AllReduce(kReplica, values, values, static_cast<size_t>(n), DType::kF32,
+                  op, label)
       .Wait();
 }
 
@@ -248,6 +248,23 @@ Status ParallelPlan::BroadcastOverData(int root, float* buf,
   return coll_
       ->Broadcast({"data"}, root, buf, static_cast<size_t>(count_), DType::kF32,
                   label)
+      .Wait();
+}
+
+Status ParallelPlan::BroadcastOverDiloco(int root, float* buf,
+                                         const std::string& label) {
+  return coll_
+      ->Broadcast({"diloco"}, root, buf, static_cast<size_t>(count_),
+                  DType::kF32, label)
+      .Wait();
+}
+
+Status ParallelPlan::ReduceOverDiloco(float* values, int n,
+                                      const std::string& label,
+                                      runtime::ReduceOp op) {
+  return coll_
+      ->AllReduce({"diloco"}, values, values, static_cast<size_t>(n),
+                  DType::kF32, op, label)
       .Wait();
 }
 

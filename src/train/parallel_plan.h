@@ -142,6 +142,10 @@ class ParallelPlan {
                         runtime::ReduceOp op);
   // root's buf (this device's shard size) copied to every data replica.
   Status BroadcastOverData(int root, float* buf, const std::string& label);
+  // The same over the diloco axis (DiLoCo's replicas), and its reduction.
+  Status BroadcastOverDiloco(int root, float* buf, const std::string& label);
+  Status ReduceOverDiloco(float* values, int n, const std::string& label,
+                          runtime::ReduceOp op);
 
  private:
   ParallelPlan(runtime::DeviceCollectives& coll, int64_t n);

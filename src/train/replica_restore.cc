@@ -35,6 +35,27 @@ bool FindShard(const RestoredState* replica, const ParallelPlan& plan,
   return true;
 }
 
+// DiLoCo: a replica without a whole copy of the step takes the moments and
+// the outer state of replica `root` (a complete one), and the outer
+// parameters as its own (it rejoins at the global parameters, having lost
+// the inner steps since they were set). The other complete replicas keep
+// theirs: what reaches them goes to a scratch buffer.
+Status RejoinFromReplica(ParallelPlan& plan, int root, bool complete,
+                         const std::vector<float*>& targets) {
+  const bool keep = complete && plan.diloco_rank() != root;
+  std::vector<float> scratch(keep ? plan.shard_count() : 0);
+  // Every target but the parameters (index 0): moments, outer state.
+  for (size_t i = 1; i < targets.size(); ++i) {
+    RETURN_IF_ERROR(plan.BroadcastOverDiloco(
+        root, keep ? scratch.data() : targets[i], "replica-rejoin"));
+  }
+  if (!complete && targets.size() > 3) {  // targets[3]: the outer copy
+    std::memcpy(targets[0], targets[3],
+                static_cast<size_t>(plan.shard_count()) * sizeof(float));
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 Result<ReplicaRestore> RestoreFromReplicas(
@@ -57,29 +78,47 @@ Result<ReplicaRestore> RestoreFromReplicas(
       plan.ReduceOverAll(&newest, 1, "replica-step", ReduceOp::kMax));
   if (newest <= static_cast<float>(restored_step)) return result;
 
-  // Every shard covered: some data replica of each shard has it.
+  // Every shard of this device's DiLoCo replica (the whole mesh without
+  // DiLoCo) covered: some data replica of each shard has it.
   const bool mine = have == newest;
   float covered = mine ? 1.0f : 0.0f;
   RETURN_IF_ERROR(
       plan.ReduceOverData(&covered, 1, "replica-covered", ReduceOp::kMax));
   RETURN_IF_ERROR(
-      plan.ReduceOverAll(&covered, 1, "replica-covered", ReduceOp::kMin));
-  if (covered != 1.0f) {
+      plan.ReduceOverReplica(&covered, 1, "replica-covered", ReduceOp::kMin));
+  const bool complete = covered == 1.0f;
+  // The lowest complete replica (all of them without DiLoCo).
+  float first_complete =
+      complete ? static_cast<float>(plan.diloco_rank()) : 1e9f;
+  RETURN_IF_ERROR(plan.ReduceOverDiloco(&first_complete, 1, "replica-complete",
+                                        ReduceOp::kMin));
+  if (first_complete >= 1e9f) {
     result.uncovered_step = static_cast<int64_t>(newest);
     return result;
   }
   float root = mine ? static_cast<float>(plan.data_rank()) : 1e9f;
   RETURN_IF_ERROR(
       plan.ReduceOverData(&root, 1, "replica-root", ReduceOp::kMin));
-  for (size_t i = 0; i < targets.size(); ++i) {
-    if (mine) {
-      std::memcpy(targets[i], parts[i]->data.data(), parts[i]->data.size());
+  if (complete) {
+    for (size_t i = 0; i < targets.size(); ++i) {
+      if (mine) {
+        std::memcpy(targets[i], parts[i]->data.data(), parts[i]->data.size());
+      }
+      RETURN_IF_ERROR(plan.BroadcastOverData(static_cast<int>(root), targets[i],
+                                             "replica-state"));
     }
-    RETURN_IF_ERROR(plan.BroadcastOverData(static_cast<int>(root), targets[i],
-                                           "replica-state"));
+    result.root = static_cast<int>(root);
   }
   result.step = static_cast<int64_t>(newest);
-  result.root = static_cast<int>(root);
+  if (plan.diloco_size() == 1) return result;
+  float all_complete = complete ? 1.0f : 0.0f;
+  RETURN_IF_ERROR(plan.ReduceOverDiloco(&all_complete, 1, "replica-complete",
+                                        ReduceOp::kMin));
+  if (all_complete == 1.0f) return result;
+  RETURN_IF_ERROR(RejoinFromReplica(plan, static_cast<int>(first_complete),
+                                    complete, targets));
+  result.rejoin_root = static_cast<int>(first_complete);
+  result.rejoined = !complete;
   return result;
 }
 

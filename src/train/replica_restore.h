@@ -22,6 +22,10 @@ struct ReplicaRestore {
   int root = -1;      // the data rank it came from
   // A newer replica step that did not cover every shard, or -1.
   int64_t uncovered_step = -1;
+  // DiLoCo: the replica whose outer state the replicas without a whole copy
+  // took (-1: every replica had its own), and whether this device's did.
+  int rejoin_root = -1;
+  bool rejoined = false;
 };
 
 // A buffer of the shard's size restored besides the weights and moments
@@ -35,8 +39,11 @@ struct ExtraShard {
 // batch, which the replica's must equal. On a restore b's shard and moments
 // hold the replica's, and so does every `extra` buffer. Under DiLoCo the
 // blobs are this device's replica's (diloco rank), and a replica restores
-// only from its own data replicas: a DiLoCo replica lost whole falls back
-// to the checkpoint.
+// from its own data replicas; a DiLoCo replica without a whole copy takes
+// the lowest complete replica's moments and outer state, and the outer
+// parameters as its own (`extra` must then start with the kinds "outer"
+// and "outer_momentum"). Only when no replica is complete does the
+// checkpoint stay.
 Result<ReplicaRestore> RestoreFromReplicas(
     ParallelPlan& plan, const RestoredState* replica, int64_t restored_step,
     int global_rows, DeviceBuffers& b,

@@ -672,15 +672,22 @@ Status Trainer::RestoreReplica(Device& d) {
   if (r.step >= 0) {
     summary_->restored_step = r.step;
     summary_->restored_from = "replica";
-    if (!options_.quiet) {
+    if (!options_.quiet && r.root >= 0) {
       std::printf(
           "multislice train: restored step %lld from the in-memory replica "
           "of data rank %d over the data axis (the newest checkpoint is step "
           "%lld)\n",
           static_cast<long long>(r.step), r.root,
           static_cast<long long>(restored_step_));
-      std::fflush(stdout);
     }
+    if (!options_.quiet && r.rejoin_root >= 0) {
+      std::printf(
+          "multislice train: DiLoCo replica(s) without an in-memory copy of "
+          "step %lld rejoin at the outer parameters of replica %d (their "
+          "inner steps since its last sync are lost)\n",
+          static_cast<long long>(r.step), r.rejoin_root);
+    }
+    std::fflush(stdout);
   } else if (r.uncovered_step >= 0) {
     std::fprintf(stderr,
                  "multislice train: warning: an in-memory replica of step "
