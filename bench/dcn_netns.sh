@@ -176,6 +176,10 @@ Options:
   --quiet_wait SECONDS         longest wait for idle CPUs before a run
                                (0: do not wait); default 120
   --logs DIR                   keep every run's output in DIR
+  --runs_dir DIR               train: keep the trainings' run directories
+                               (metrics.jsonl of every step: loss, time,
+                               dcn_bytes) in DIR, absent or empty, instead of
+                               a temporary directory removed on exit
   -h, --help                   this text
 
 Examples (about 2 minutes, 4, and 8, on a 2-core machine):
@@ -201,7 +205,7 @@ sample_interval=0.25
 dcn_keys=dcn_data_parallelism=2 compare_pipeline="" pipeline_schedule=1F1B pipeline_steps=""
 run_baseline=1 dcn_kind=dcn_data dcn_microbatches=2
 baseline="" linkcheck=1 mtu=9000 tbf_latency_ms=20 tbf_burst=""
-subnet=10.213.7 ms="$root/build/bin/multislice" run_timeout=300 logs=""
+subnet=10.213.7 ms="$root/build/bin/multislice" run_timeout=300 logs="" runs_dir=""
 
 need() { [ $# -ge 2 ] || usage_error "option $1 needs a value (see --help)"; }
 while [ $# -gt 0 ]; do
@@ -239,6 +243,7 @@ while [ $# -gt 0 ]; do
     --multislice) need "$@"; ms="$2"; shift 2 ;;
     --timeout) need "$@"; run_timeout="$2"; shift 2 ;;
     --logs) need "$@"; logs="$2"; shift 2 ;;
+    --runs_dir) need "$@"; runs_dir="$2"; shift 2 ;;
     *) usage_error "unknown argument '$1' (see --help)" ;;
   esac
 done
@@ -290,8 +295,8 @@ if [ "$workload" = train ]; then
   done
 else
   if [ "$dcn_keys" != dcn_data_parallelism=2 ] || [ -n "$compare_pipeline" ] || [ -n "$pipeline_steps" ] ||
-     [ "$run_baseline" -eq 0 ]; then
-    usage_error "--dcn_keys, --compare_pipeline, --pipeline_steps and --no_baseline are for --workload train"
+     [ "$run_baseline" -eq 0 ] || [ -n "$runs_dir" ]; then
+    usage_error "--dcn_keys, --compare_pipeline, --pipeline_steps, --no_baseline and --runs_dir are for --workload train"
   fi
 fi
 if [ "$run_baseline" -eq 0 ]; then
@@ -314,6 +319,11 @@ done
 [[ "$subnet" =~ ^(10\.[0-9]{1,3}\.[0-9]{1,3}|172\.(1[6-9]|2[0-9]|3[01])\.[0-9]{1,3}|192\.168\.[0-9]{1,3})$ ]] ||
   usage_error "--subnet '$subnet' is not the first three octets of a private /24 (10.x.y, 172.16-31.y, 192.168.y)"
 for o in ${subnet//./ }; do [ "$o" -le 255 ] || usage_error "--subnet '$subnet' has an octet above 255"; done
+# A run directory that already holds a run of the same name would have its
+# metrics.jsonl appended to, so only a new or empty one.
+if [ -n "$runs_dir" ] && [ -e "$runs_dir" ] && [ -n "$(ls -A "$runs_dir" 2>/dev/null)" ]; then
+  usage_error "--runs_dir '$runs_dir' is not empty (the trainings' metrics.jsonl would be appended to)"
+fi
 
 [ "$(id -u)" -eq 0 ] || fail "must run as root (it creates network namespaces and tc qdiscs)"
 for tool in ip tc timeout python3 ps; do
@@ -661,6 +671,10 @@ else
   first_counted=$((skip_steps + 1)) last_counted=$((skip_steps + steps))
   total_steps=$((last_counted + 1))
   train_runs="$tmp/train-runs"
+  if [ -n "$runs_dir" ]; then
+    mkdir -p "$runs_dir" || fail "cannot create --runs_dir '$runs_dir'"
+    train_runs="$(cd "$runs_dir" && pwd)"
+  fi
   dataset="$tmp/dataset"
   cp "$root/configs/base.yml" "$tmp/base.yml"
   # The evaluation splits the validation tokens over the global batch's
