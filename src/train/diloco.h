@@ -133,6 +133,11 @@ class OuterOptimizer {
   // the pseudo-gradient all-reduces so far, and their size on the wire
   // (runtime::WireBytes of each all-reduce's values; the bytes the links
   // carry are the runtime's TrafficCounters).
+  // Whether a fragment's sync starts after inner step `step` (the same on
+  // every replica: the schedule depends on the step alone).
+  bool SyncStartsAfter(int64_t step) const {
+    return FragmentStartingAt(step) >= 0;
+  }
   int64_t synced_values() const { return synced_values_; }
   int64_t synced_wire_bytes() const { return synced_wire_bytes_; }
 

@@ -419,10 +419,7 @@ Result<Trainer::StepResult> Trainer::TrainStep(Device& d, int64_t step) {
 // without DiLoCo the step's flag is the whole mesh's.
 Result<bool> Trainer::StopsAt(Device& d, int64_t step, float replica_fault) {
   if (d.plan.diloco_size() == 1) return replica_fault > 0;
-  const int gap =
-      config_.diloco_sync_period /
-      (config_.enable_streaming_diloco ? config_.num_diloco_fragments : 1);
-  if (step % gap != 0 && step != config_.steps) return false;
+  if (!d.outer->SyncStartsAfter(step) && step != config_.steps) return false;
   float fault = replica_fault;
   RETURN_IF_ERROR(
       d.plan.ReduceOverAll(&fault, 1, "diloco-fault", runtime::ReduceOp::kMax));
