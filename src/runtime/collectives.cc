@@ -258,8 +258,11 @@ class PhaseBuilder {
          }});
   }
 
-  void Local(std::string name, std::function<void()> fn) {
-    phases_.push_back({false, std::move(name), [fn] {
+  // A phase on this device alone. on_dcn puts it on the DCN stream, for work
+  // between two DCN phases: on the ICI stream it would hold every later ICI
+  // phase until the DCN phase before it finished.
+  void Local(std::string name, std::function<void()> fn, bool on_dcn = false) {
+    phases_.push_back({on_dcn, std::move(name), [fn] {
                          fn();
                          return OkStatus();
                        }});
@@ -557,11 +560,12 @@ using CarrierMove =
 // dequantise and sum this member's chunk in member order, quantise, all-gather,
 // dequantise. Every chunk travels in a slot of the largest chunk's wire bytes,
 // rounded up to whole carriers, so that the transports split evenly. out may
-// be in.
+// be in. on_dcn: the moves go over DCN, so the local phases between them run
+// on the DCN stream too and leave the ICI stream to the next steps' work.
 void AppendCompressedAllReduce(PhaseBuilder& b, OpState& state, WireType wire,
                                const float* in, float* out, size_t count, int n,
                                int w, const CarrierMove& all_to_all,
-                               const CarrierMove& all_gather) {
+                               const CarrierMove& all_gather, bool on_dcn) {
   const size_t slot_bytes =
       (WireBytes(wire, comm::PartitionSegment(count, n, 0).count) + 1) / 2 * 2;
   const size_t un = static_cast<size_t>(n);
@@ -573,28 +577,37 @@ void AppendCompressedAllReduce(PhaseBuilder& b, OpState& state, WireType wire,
   // Scratch buffers come from operator new, so they are aligned for floats.
   float* sum = reinterpret_cast<float*>(state.Scratch(mine.count * 4));
   float* term = reinterpret_cast<float*>(state.Scratch(mine.count * 4));
-  b.Local("quantise", [=] {
-    for (int c = 0; c < n; ++c) {
-      const comm::Segment s = comm::PartitionSegment(count, n, c);
-      Quantize(wire, in + s.offset, s.count, send + c * slot_bytes);
-    }
-  });
+  b.Local(
+      "quantise",
+      [=] {
+        for (int c = 0; c < n; ++c) {
+          const comm::Segment s = comm::PartitionSegment(count, n, c);
+          Quantize(wire, in + s.offset, s.count, send + c * slot_bytes);
+        }
+      },
+      on_dcn);
   all_to_all(send, received, slot_bytes / 2);
-  b.Local("reduce", [=] {
-    Dequantize(wire, received, mine.count, sum);
-    for (int s = 1; s < n; ++s) {
-      Dequantize(wire, received + s * slot_bytes, mine.count, term);
-      for (size_t i = 0; i < mine.count; ++i) sum[i] += term[i];
-    }
-    Quantize(wire, sum, mine.count, reduced);
-  });
+  b.Local(
+      "reduce",
+      [=] {
+        Dequantize(wire, received, mine.count, sum);
+        for (int s = 1; s < n; ++s) {
+          Dequantize(wire, received + s * slot_bytes, mine.count, term);
+          for (size_t i = 0; i < mine.count; ++i) sum[i] += term[i];
+        }
+        Quantize(wire, sum, mine.count, reduced);
+      },
+      on_dcn);
   all_gather(reduced, gathered, slot_bytes / 2);
-  b.Local("dequantise", [=] {
-    for (int c = 0; c < n; ++c) {
-      const comm::Segment s = comm::PartitionSegment(count, n, c);
-      Dequantize(wire, gathered + c * slot_bytes, s.count, out + s.offset);
-    }
-  });
+  b.Local(
+      "dequantise",
+      [=] {
+        for (int c = 0; c < n; ++c) {
+          const comm::Segment s = comm::PartitionSegment(count, n, c);
+          Dequantize(wire, gathered + c * slot_bytes, s.count, out + s.offset);
+        }
+      },
+      on_dcn);
 }
 
 }  // namespace
@@ -711,7 +724,8 @@ CollectiveHandle DeviceCollectives::CompressedAllReduce(
   }
   if (g.path() == Path::kShared) {
     AppendCompressedAllReduce(b, *state, wire, in, out, count, k, g.local_rank,
-                              shared_all_to_all, shared_all_gather);
+                              shared_all_to_all, shared_all_gather,
+                              /*on_dcn=*/false);
     return Launch(what, std::move(b.phases()), state, after);
   }
   // Only the outermost link is compressed: the levels inside it
@@ -749,7 +763,8 @@ CollectiveHandle DeviceCollectives::CompressedAllReduce(
     AppendCompressedAllReduce(b, *state, wire, piece, piece, n_piece,
                               g.dcn_size, g.dcn_rank,
                               net_move(Level::kSlices, g.dcn_size, false),
-                              net_move(Level::kSlices, g.dcn_size, true));
+                              net_move(Level::kSlices, g.dcn_size, true),
+                              /*on_dcn=*/true);
     b.Net(Level::kHosts, "all-gather",
           [=](dcn::Communicator& c, const dcn::DcnGroup& dg,
               const std::string& phase) {
@@ -762,7 +777,8 @@ CollectiveHandle DeviceCollectives::CompressedAllReduce(
     AppendCompressedAllReduce(b, *state, wire, src, buf, n_values, g.net_size,
                               k == 1 ? g.rank : g.net_rank,
                               net_move(level, g.net_size, false),
-                              net_move(level, g.net_size, true));
+                              net_move(level, g.net_size, true),
+                              /*on_dcn=*/true);
   }
   if (k > 1) {
     b.Shared("all-gather", [=](ici::Group& grp, int i, uint64_t* bytes) {

@@ -10,7 +10,8 @@
 //   - NaN propagation: one member's NaN spoils one value (bf16) or one
 //     block (int8) on every member;
 //   - the bytes the runtime counts on the link, exactly two slots per other
-//     wire member, about 1/4 (int8) and 1/2 (bf16) of AllReduce's.
+//     wire member, about 1/4 (int8) and 1/2 (bf16) of AllReduce's;
+//   - over DCN, the ICI stream stays free while a late member is awaited.
 // kF32 equals AllReduce bit for bit.
 #include <gtest/gtest.h>
 
@@ -18,12 +19,14 @@
 #include <array>
 #include <bit>
 #include <cfloat>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/collectives.h"
@@ -363,6 +366,42 @@ int CheckAfter(Runtime& rt, int local, const Axes& axes) {
   return 0;
 }
 
+// Over DCN, the quantise / reduce / dequantise phases run on the DCN
+// stream: while the compressed all-reduce waits for a member that starts it
+// late, the device's ICI stream stays free (an all-reduce over the size-1
+// tensor axis, a copy on the ICI stream, finishes first). Not on the paths
+// whose inner levels all-gather over ICI at the end (several devices of the
+// group on a host), where the ICI stream waits by design, as in AllReduce.
+int CheckIciStaysFree(Runtime& rt, int local, const Axes& axes) {
+  DeviceCollectives& coll = rt.collectives(local);
+  const AxisGroup& g = **coll.Group(axes);
+  if (g.path() == Path::kShared || g.local_size > 1) return 0;
+  const size_t count = 4099;
+  std::vector<float> in(count, 1.0f), out(count), copy(count);
+  int wrong = 0;
+  for (WireType wire : {WireType::kInt8, WireType::kBF16}) {
+    const bool late = g.rank == 0;
+    if (late) std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    CollectiveHandle compressed =
+        coll.CompressedAllReduce(axes, in.data(), out.data(), count, wire);
+    if (!coll.AllReduce({"tensor"}, in.data(), copy.data(), count, DType::kF32,
+                        ReduceOp::kSum)
+             .Wait()
+             .ok()) {
+      return 1;
+    }
+    if (!late && compressed.Done()) {
+      std::fprintf(stderr,
+                   "%s over %s: an ICI-stream copy waited for the compressed "
+                   "all-reduce over DCN\n",
+                   Name(wire), g.axes_label.c_str());
+      ++wrong;
+    }
+    if (!compressed.Wait().ok()) return 1;
+  }
+  return wrong;
+}
+
 // Group rank 1 holds a NaN at index `at`: every member gets NaN there
 // (bf16) or in that value's whole int8 block, and finite values elsewhere.
 int CheckNaN(Runtime& rt, int local, const Axes& axes) {
@@ -506,7 +545,7 @@ int WorkerMain(int argc, char** argv) {
                CheckValues(rt, local, axes, 0) +
                CheckValues(rt, local, axes, 3) + CheckAfter(rt, local, axes) +
                CheckValues(rt, local, axes, 7) + CheckNaN(rt, local, axes) +
-               CheckBytes(rt, local, axes);
+               CheckBytes(rt, local, axes) + CheckIciStaysFree(rt, local, axes);
       });
 }
 
