@@ -204,4 +204,54 @@ Result<AxisGroup> MakeAxisGroup(const mesh::DeviceMesh& mesh,
   return g;
 }
 
+AxisGroup WithoutSlices(const AxisGroup& g,
+                        const std::vector<int>& lost_slices) {
+  auto lost = [&](int d) {
+    return std::find(lost_slices.begin(), lost_slices.end(), g.dcn_slices[d]) !=
+           lost_slices.end();
+  };
+  std::vector<int> keep;  // old d, by new d
+  for (int d = 0; d < g.dcn_size; ++d) {
+    if (!lost(d)) keep.push_back(d);
+  }
+  if (static_cast<int>(keep.size()) == g.dcn_size) return g;
+  const int k = g.ici_size;
+  std::vector<int> d_of(g.size);  // by old rank
+  for (int d = 0; d < g.dcn_size; ++d) {
+    for (int j = 0; j < k; ++j) d_of[g.RankOf(d, j)] = d;
+  }
+  std::vector<int> renumbered(g.size, -1);
+  AxisGroup out = g;
+  out.members.clear();
+  for (int r = 0; r < g.size; ++r) {
+    if (lost(d_of[r])) continue;
+    renumbered[r] = static_cast<int>(out.members.size());
+    out.members.push_back(g.members[r]);
+  }
+  out.size = static_cast<int>(out.members.size());
+  out.rank = renumbered[g.rank];
+  out.dcn_size = static_cast<int>(keep.size());
+  out.rank_of.clear();
+  out.net_processes.clear();
+  out.dcn_slices.clear();
+  std::string left_out;
+  for (int d = 0; d < g.dcn_size; ++d) {
+    if (lost(d)) left_out += "-" + std::to_string(g.dcn_slices[d]);
+  }
+  for (size_t x = 0; x < keep.size(); ++x) {
+    const int d = keep[x];
+    if (d == g.dcn_rank) out.dcn_rank = static_cast<int>(x);
+    for (int j = 0; j < k; ++j)
+      out.rank_of.push_back(renumbered[g.RankOf(d, j)]);
+    for (int e = 0; e < g.host_size; ++e) {
+      out.net_processes.push_back(g.net_processes[d * g.host_size + e]);
+    }
+    out.dcn_slices.push_back(g.dcn_slices[d]);
+  }
+  out.net_size = out.host_size * out.dcn_size;
+  out.net_rank = out.dcn_rank * out.host_size + out.host_rank;
+  out.net_label += "/without" + left_out;
+  return out;
+}
+
 }  // namespace multislice::runtime

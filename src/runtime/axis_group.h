@@ -74,4 +74,12 @@ Result<AxisGroup> MakeAxisGroup(const mesh::DeviceMesh& mesh,
                                 const std::vector<std::string>& axis_names,
                                 int device_id);
 
+// The group without the members in `lost_slices` (DiLoCo's
+// diloco_continue_on_failure drops whole slices): the remaining slices keep
+// their order, ranks are renumbered in the old order, and net_label names
+// the slices left out, so that the group's DCN slots differ from the whole
+// group's. This device's slice must not be among them.
+AxisGroup WithoutSlices(const AxisGroup& g,
+                        const std::vector<int>& lost_slices);
+
 }  // namespace multislice::runtime

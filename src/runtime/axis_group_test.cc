@@ -121,3 +121,50 @@ TEST(AxisGroupTest, BadAxisNamesAreRejected) {
 
 }  // namespace
 }  // namespace multislice::runtime
+
+namespace multislice::runtime {
+namespace {
+
+// Dropping a lost slice gives the group a mesh of the other slices would
+// give, with the original device ids and processes, and its own label.
+TEST(AxisGroupTest, WithoutSlicesIsTheGroupOfTheSlicesLeft) {
+  const mesh::ParallelismConfig three{{1, 1, 1, 2, 1}, {3, 1, 1, 1, 1}};
+  const mesh::ParallelismConfig two{{1, 1, 1, 2, 1}, {2, 1, 1, 1, 1}};
+  Fixture f3 = Make(3, 2, three), f2 = Make(2, 2, two);
+  const std::vector<std::string> all = {"diloco", "data", "stage", "fsdp",
+                                        "tensor"};
+  // Device 3 (slice 1, position 1) without slice 2: as in 2 slices.
+  auto whole = MakeAxisGroup(f3.mesh, f3.devices, all, 3);
+  auto fewer = MakeAxisGroup(f2.mesh, f2.devices, all, 3);
+  ASSERT_TRUE(whole.ok() && fewer.ok());
+  const AxisGroup g = WithoutSlices(*whole, {2});
+  EXPECT_EQ(g.size, fewer->size);
+  EXPECT_EQ(g.rank, fewer->rank);
+  EXPECT_EQ(g.members, fewer->members);
+  EXPECT_EQ(g.rank_of, fewer->rank_of);
+  EXPECT_EQ(g.dcn_size, 2);
+  EXPECT_EQ(g.dcn_rank, 1);
+  EXPECT_EQ(g.net_size, 2);
+  EXPECT_EQ(g.net_rank, 1);
+  EXPECT_EQ(g.net_processes, fewer->net_processes);
+  EXPECT_EQ(g.dcn_slices, (std::vector<int>{0, 1}));
+  EXPECT_EQ(g.local_members, whole->local_members);
+  EXPECT_NE(g.net_label, whole->net_label);
+  // Without slice 0 instead: slices 1 and 2 renumbered from 0.
+  const AxisGroup h = WithoutSlices(*whole, {0});
+  EXPECT_EQ(h.members, (std::vector<int>{2, 3, 4, 5}));
+  EXPECT_EQ(h.rank, 1);
+  EXPECT_EQ(h.dcn_rank, 0);
+  EXPECT_EQ(h.net_processes, (std::vector<int>{1, 2}));
+  EXPECT_EQ(h.dcn_slices, (std::vector<int>{1, 2}));
+  EXPECT_EQ(h.path(), Path::kTwoLevel);
+  // Only this slice left: shared memory alone.
+  EXPECT_EQ(WithoutSlices(*whole, {0, 2}).path(), Path::kShared);
+  // A group inside the slice is untouched.
+  auto inside = MakeAxisGroup(f3.mesh, f3.devices, {"fsdp"}, 3);
+  ASSERT_TRUE(inside.ok());
+  EXPECT_EQ(WithoutSlices(*inside, {2}).net_label, inside->net_label);
+}
+
+}  // namespace
+}  // namespace multislice::runtime

@@ -56,6 +56,11 @@ struct DeviceCollectives::Streams {
 
 struct CollectivePhase {
   bool on_dcn = false;
+  // A phase among this host's members runs even after the collective has
+  // failed (on whatever its buffers hold): every member of the host then
+  // runs the same phases, so that a failure elsewhere never leaves one
+  // member waiting in a shared-memory group for another that skipped it.
+  bool always = false;
   std::string name;
   std::function<Status()> body;
 };
@@ -68,11 +73,23 @@ DeviceCollectives::DeviceCollectives(Runtime& runtime, int device_id)
 DeviceCollectives::~DeviceCollectives() = default;
 
 Result<const AxisGroup*> DeviceCollectives::Group(const Axes& axes) {
+  if (const int generation = runtime_.membership_generation();
+      generation != groups_generation_) {
+    // Slices were lost: every group is rebuilt without them. The old ones
+    // stay alive, since callers may hold pointers to them (a plan's sizes
+    // and ranks, which describe the configured mesh).
+    for (auto& [axes_key, group] : groups_) {
+      retired_groups_.push_back(std::move(group));
+    }
+    groups_.clear();
+    groups_generation_ = generation;
+  }
   auto it = groups_.find(axes);
   if (it != groups_.end()) return it->second.get();
   ASSIGN_OR_RETURN(
       AxisGroup g,
       MakeAxisGroup(runtime_.mesh(), runtime_.devices(), axes, device_id_));
+  if (groups_generation_ > 0) g = WithoutSlices(g, runtime_.lost_slices());
   auto owned = std::make_unique<AxisGroup>(std::move(g));
   const AxisGroup* raw = owned.get();
   groups_[axes] = std::move(owned);
@@ -106,7 +123,8 @@ CollectiveHandle DeviceCollectives::Launch(const std::string& what,
     CollectivePhase& phase = phases[i];
     Stream& stream = phase.on_dcn ? streams_->dcn : streams_->ici;
     const Track track = phase.on_dcn ? Track::kDcn : Track::kIci;
-    stream.Enqueue([op, i, guard, trace, device, track,
+    const bool always = phase.always;
+    stream.Enqueue([op, i, guard, trace, device, track, always,
                     dependency = i == 0 ? dependency : nullptr,
                     name = std::move(phase.name),
                     body = std::move(phase.body)] {
@@ -134,7 +152,7 @@ CollectiveHandle DeviceCollectives::Launch(const std::string& what,
         op->status = DeadlineExceeded(op->what + ": phase " + name +
                                       " waited too long for the previous one");
       }
-      const bool run = op->status.ok();
+      const bool run = op->status.ok() || always;
       lock.unlock();
       Status s;
       if (run) {
@@ -215,7 +233,7 @@ class PhaseBuilder {
         runtime_.ici_domain().GetOrCreate(g_.local_key, g_.local_size);
     comm::TrafficCounters* counters = &counters_;
     const int i = g_.local_rank;
-    phases_.push_back({false, "ici " + what, [group, counters, i, fn] {
+    phases_.push_back({false, true, "ici " + what, [group, counters, i, fn] {
                          uint64_t bytes = 0;
                          Status s = fn(*group, i, &bytes);
                          counters->ici_bytes_sent += bytes;
@@ -232,14 +250,14 @@ class PhaseBuilder {
     std::vector<bool> same_slice;
     for (size_t x = 0; x < qs.size(); ++x) {
       if (qs[x] == g_.net_rank) group.my_index = static_cast<int>(x);
-      group.members.push_back(g_.net_processes[qs[x]]);
+      group.members.push_back(runtime_.dcn_rank_of(g_.net_processes[qs[x]]));
       same_slice.push_back(qs[x] / g_.host_size == g_.dcn_rank);
     }
     group.id = Fnv1a(LevelKey(level) + "/" + g_.net_label);
     comm::TrafficCounters* counters = &counters_;
     const std::string phase = LevelName(level) + " " + what;
     phases_.push_back(
-        {true, phase, [comm, group, same_slice, counters, fn, phase] {
+        {true, false, phase, [comm, group, same_slice, counters, fn, phase] {
            if (comm == nullptr) {
              return Internal("no DCN communicator");
            }
@@ -262,7 +280,7 @@ class PhaseBuilder {
   // between two DCN phases: on the ICI stream it would hold every later ICI
   // phase until the DCN phase before it finished.
   void Local(std::string name, std::function<void()> fn, bool on_dcn = false) {
-    phases_.push_back({on_dcn, std::move(name), [fn] {
+    phases_.push_back({on_dcn, false, std::move(name), [fn] {
                          fn();
                          return OkStatus();
                        }});

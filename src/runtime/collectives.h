@@ -116,7 +116,10 @@ class DeviceCollectives {
 
   int device_id() const { return device_id_; }
 
-  // The group of this device over `axes` (cached).
+  // The group of this device over `axes` (cached), without the slices the
+  // runtime has dropped (Runtime::DropLostSlices). A pointer stays valid
+  // for the life of this object, but describes the membership it was made
+  // in.
   Result<const AxisGroup*> Group(const Axes& axes);
 
   // `label` names the collective in errors and traces, e.g. "layer3/grad".
@@ -183,6 +186,8 @@ class DeviceCollectives {
   const int device_id_;
   comm::TrafficCounters counters_;
   std::map<Axes, std::unique_ptr<AxisGroup>> groups_;
+  int groups_generation_ = 0;  // the runtime's membership they were made in
+  std::vector<std::unique_ptr<AxisGroup>> retired_groups_;
   // Pairs of a group's members for Send/Recv, by axes and the two ranks.
   std::map<std::pair<Axes, std::pair<int, int>>, std::unique_ptr<AxisGroup>>
       pairs_;

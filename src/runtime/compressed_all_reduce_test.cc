@@ -394,7 +394,7 @@ int CheckIciStaysFree(Runtime& rt, int local, const Axes& axes) {
       std::fprintf(stderr,
                    "%s over %s: an ICI-stream copy waited for the compressed "
                    "all-reduce over DCN\n",
-                   Name(wire), g.axes_label.c_str());
+                   std::string(Name(wire)).c_str(), g.axes_label.c_str());
       ++wrong;
     }
     if (!compressed.Wait().ok()) return 1;

@@ -13,8 +13,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <set>
 
 #include "common/temp_dir.h"
+#include "runtime/comm/dcn/store.h"
+#include "runtime/membership.h"
 #include "runtime/mesh/topology.h"
 #include "runtime/slurm_env.h"
 
@@ -139,6 +142,49 @@ void SignalAll(std::vector<Child>& children, int sig) {
   }
 }
 
+// The failure domains lost so far (LaunchOptions::domains).
+class LostDomains {
+ public:
+  explicit LostDomains(const LaunchOptions& options) : options_(options) {}
+
+  // Worker i failed with `code`. True when the others go on: its domain is
+  // stopped and recorded (or was already, and i is one of its workers
+  // being stopped). False when no other domain is left: the caller stops
+  // everyone, with the domain's first failure as the cause.
+  bool Lose(size_t i, int code, std::vector<Child>& children,
+            LaunchResult& result) {
+    const int domain = options_.domains[i];
+    if (lost_.count(domain)) return true;
+    lost_.insert(domain);
+    std::set<int> all(options_.domains.begin(), options_.domains.end());
+    if (lost_.size() == all.size()) {
+      if (first_cause_ >= 0) {
+        result.exit_code = first_code_;
+        result.failed_worker = first_cause_;
+      }
+      return false;
+    }
+    if (first_cause_ < 0) {
+      first_cause_ = static_cast<int>(i);
+      first_code_ = code;
+    }
+    for (size_t j = 0; j < children.size(); ++j) {
+      if (options_.domains[j] != domain) continue;
+      if (j != i && children[j].running) ::kill(-children[j].pid, SIGKILL);
+      if (j != i && options_.on_gone) options_.on_gone(static_cast<int>(j));
+      result.lost_workers.push_back(static_cast<int>(j));
+    }
+    if (options_.on_gone) options_.on_gone(static_cast<int>(i));
+    return true;
+  }
+
+ private:
+  const LaunchOptions& options_;
+  std::set<int> lost_;
+  int first_cause_ = -1;
+  int first_code_ = 0;
+};
+
 }  // namespace
 
 bool ShowProgress() {
@@ -171,7 +217,8 @@ LaunchResult RunWorkers(const LaunchOptions& options) {
     if (::pipe2(out_pipe, O_CLOEXEC) != 0 ||
         ::pipe2(err_pipe, O_CLOEXEC) != 0) {
       std::perror("multislice: pipe");
-      result = {1, static_cast<int>(i)};
+      result.exit_code = 1;
+      result.failed_worker = static_cast<int>(i);
       break;
     }
     pid_t pid = Spawn(options.workers[i], out_pipe[1], err_pipe[1], out_pipe[0],
@@ -182,7 +229,8 @@ LaunchResult RunWorkers(const LaunchOptions& options) {
       ::close(out_pipe[0]);
       ::close(err_pipe[0]);
       std::perror("multislice: fork");
-      result = {1, static_cast<int>(i)};
+      result.exit_code = 1;
+      result.failed_worker = static_cast<int>(i);
       break;
     }
     ::setpgid(pid, pid);  // also done by the child; whichever runs first
@@ -196,6 +244,7 @@ LaunchResult RunWorkers(const LaunchOptions& options) {
         {err_pipe[0], options.err_fd, options.workers[i].prefix, ""});
   }
 
+  LostDomains domains(options);
   using Clock = std::chrono::steady_clock;
   bool stopping = result.exit_code != 0;
   Clock::time_point kill_at = Clock::now() + options.stop_grace;
@@ -228,14 +277,19 @@ LaunchResult RunWorkers(const LaunchOptions& options) {
       if (got != c.pid) continue;
       c.running = false;
       c.exit_code = ExitCodeOf(status);
+      if (c.exit_code != 0 && !stopping && !options.domains.empty()) {
+        if (domains.Lose(i, c.exit_code, children, result)) continue;
+      }
       if (c.exit_code != 0 && result.exit_code == 0) {
-        result = {c.exit_code, static_cast<int>(i)};
+        result.exit_code = c.exit_code;
+        result.failed_worker = static_cast<int>(i);
         first_failure = Clock::now();
       } else if (!stopping && WIFSIGNALED(status) && result.exit_code != 0 &&
                  result.exit_code < 128) {
         // Killed before we signalled anyone: the cause, not the peer that
         // exited 1 on noticing it.
-        result = {c.exit_code, static_cast<int>(i)};
+        result.exit_code = c.exit_code;
+        result.failed_worker = static_cast<int>(i);
       }
     }
     const bool cause_window_over =
@@ -259,6 +313,39 @@ LaunchResult RunWorkers(const LaunchOptions& options) {
   return result;
 }
 
+namespace {
+
+std::string RunIdOf(const LocalJobOptions& options) {
+  return options.run_id.empty() ? "local-" + std::to_string(::getpid())
+                                : options.run_id;
+}
+
+std::string StoreAddressOf(const LocalJobOptions& options,
+                           const std::string& store_dir) {
+  return options.store_address.empty() ? "file://" + store_dir
+                                       : options.store_address;
+}
+
+// With continue_without_lost_slices: every slice is a failure domain, and
+// its workers are recorded gone in the job's store (membership.h) when it
+// is lost.
+void LetSlicesBeLost(const LocalJobOptions& options,
+                     const std::string& store_dir, LaunchOptions& launch) {
+  const int hosts = HostsPerSlice(options.accelerator_type);
+  for (size_t w = 0; w < launch.workers.size(); ++w) {
+    launch.domains.push_back(static_cast<int>(w) / hosts);
+  }
+  auto address = dcn::ParseStoreAddress(StoreAddressOf(options, store_dir));
+  if (!address.ok()) return;
+  auto store = dcn::OpenStore(
+      *address, RunIdOf(options) + "/" + std::to_string(options.attempt) + "/",
+      std::chrono::seconds(10));
+  if (!store.ok()) return;
+  launch.on_gone = [store = *store](int worker) { RecordGone(*store, worker); };
+}
+
+}  // namespace
+
 std::vector<WorkerProcess> LocalWorkers(const LocalJobOptions& options,
                                         const std::string& store_dir) {
   std::vector<WorkerProcess> workers;
@@ -266,16 +353,13 @@ std::vector<WorkerProcess> LocalWorkers(const LocalJobOptions& options,
   for (int index = 0; index < options.num_slices * hosts; ++index) {
     const int s = index / hosts;
     WorkerEnv w;
-    w.coordinator_address = options.store_address.empty()
-                                ? "file://" + store_dir
-                                : options.store_address;
+    w.coordinator_address = StoreAddressOf(options, store_dir);
     w.num_slices = options.num_slices;
     w.slice_id = s;
     w.worker_id = index % hosts;
     w.worker_hostnames.assign(hosts, "127.0.0.1");
     w.accelerator_type = options.accelerator_type;
-    w.run_id = options.run_id.empty() ? "local-" + std::to_string(::getpid())
-                                      : options.run_id;
+    w.run_id = RunIdOf(options);
     w.attempt = options.attempt;
     WorkerProcess p;
     p.argv = options.argv;
@@ -320,8 +404,21 @@ int RunLocalJob(const LocalJobOptions& options,
   }
   LaunchOptions launch;
   launch.workers = LocalWorkers(options, store_dir.path());
+  if (options.continue_without_lost_slices) {
+    LetSlicesBeLost(options, store_dir.path(), launch);
+  }
   LaunchResult result = RunWorkers(launch);
   const int hosts = HostsPerSlice(options.accelerator_type);
+  if (result.exit_code == 0 && !result.lost_workers.empty()) {
+    std::set<int> slices;
+    for (int w : result.lost_workers) slices.insert(w / hosts);
+    for (int slice : slices) {
+      std::fprintf(stderr,
+                   "multislice: slice %d was lost; the other slices went on "
+                   "without it\n",
+                   slice);
+    }
+  }
   if (result.exit_code != 0 && result.failed_worker >= 0) {
     std::fprintf(
         stderr,

@@ -41,6 +41,15 @@ struct LaunchOptions {
   // cause the result reports, even when a peer noticed the lost connection
   // and exited 1 before the kernel had finished tearing the killed one down.
   std::chrono::milliseconds cause_window{300};
+  // Failure domains that may be lost without stopping the others (DiLoCo's
+  // diloco_continue_on_failure: the workers of a slice): the domain of each
+  // worker, by index. Empty: the first failure stops every worker, as
+  // above. Otherwise a failed worker's domain is stopped (SIGKILL to its
+  // other workers), on_gone is told each of its workers (the failed one
+  // last, so that whoever sees it gone sees its domain gone) and the other
+  // domains go on; once no domain is left, the workers stop as above.
+  std::vector<int> domains;
+  std::function<void(int worker)> on_gone;
   int out_fd = 1;  // where children's stdout lines go
   int err_fd = 2;  // where children's stderr lines go
 };
@@ -48,6 +57,9 @@ struct LaunchOptions {
 struct LaunchResult {
   int exit_code = 0;       // 0 when every worker succeeded
   int failed_worker = -1;  // index into LaunchOptions::workers, or -1
+  // With LaunchOptions::domains: the workers of the domains lost while the
+  // others went on (exit_code stays 0 when those others succeeded).
+  std::vector<int> lost_workers;
 };
 
 LaunchResult RunWorkers(const LaunchOptions& options);
@@ -62,6 +74,10 @@ struct LocalJobOptions {
   // Relay slice 0 worker 0's stdout without the prefix, so that data it
   // prints (--json) stays parseable; everything else is still prefixed.
   bool raw_stdout_of_first_worker = false;
+  // DiLoCo's diloco_continue_on_failure: a failed worker stops only its
+  // slice, which is recorded gone in the store (membership.h), and the
+  // other slices go on (LaunchOptions::domains).
+  bool continue_without_lost_slices = false;
   // The command line to re-run in every worker (argv of this process).
   std::vector<std::string> argv;
 };

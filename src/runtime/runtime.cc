@@ -10,6 +10,7 @@
 
 #include "common/float_env.h"
 #include "runtime/first_failure.h"
+#include "runtime/membership.h"
 
 namespace multislice::runtime {
 
@@ -59,32 +60,128 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(
   // timeout: that member may be waiting on a peer host, whose loss it then
   // reports first, by name, instead of this device reporting a stuck member.
   rt->ici_domain_ = std::make_unique<ici::Domain>(options.timeout * 2);
+  for (int p = 0; p < rt->process_count(); ++p) {
+    rt->live_processes_.push_back(p);
+    rt->dcn_rank_of_.push_back(p);
+  }
   if (rt->process_count() > 1) {
-    std::vector<std::string> names;
-    for (int p = 0; p < rt->process_count(); ++p) {
-      const int hosts = rt->accelerator_.hosts_per_slice();
-      names.push_back(WorkerName(p / hosts, p % hosts));
-    }
-    for (size_t column = 0; column < rt->local_devices_.size(); ++column) {
-      dcn::ConnectOptions connect;
-      connect.rank = rt->process_index();
-      connect.size = rt->process_count();
-      connect.hostname = env.hostname();
-      connect.key_prefix = "dcn/column" + std::to_string(column) + "/";
-      connect.timeout = options.timeout;
-      connect.peer_names = names;
-      auto comm = dcn::Communicator::Connect(*rt->store_, connect);
-      if (!comm.ok()) {
-        return comm.status().WithContext("connecting DCN column " +
-                                         std::to_string(column));
-      }
-      rt->dcn_.push_back(std::move(comm).value());
-    }
+    RETURN_IF_ERROR(rt->ConnectDcn(rt->live_processes_, 0));
   }
   for (int id : rt->local_devices_) {
     rt->collectives_.push_back(std::make_unique<DeviceCollectives>(*rt, id));
   }
   return rt;
+}
+
+Status Runtime::ConnectDcn(const std::vector<int>& processes, int generation) {
+  const int hosts = accelerator_.hosts_per_slice();
+  std::vector<std::string> names;
+  int rank = -1;
+  for (size_t r = 0; r < processes.size(); ++r) {
+    names.push_back(WorkerName(processes[r] / hosts, processes[r] % hosts));
+    if (processes[r] == process_index()) rank = static_cast<int>(r);
+  }
+  std::vector<std::unique_ptr<dcn::Communicator>> comms;
+  for (size_t column = 0; column < local_devices_.size(); ++column) {
+    dcn::ConnectOptions connect;
+    connect.rank = rank;
+    connect.size = static_cast<int>(processes.size());
+    connect.hostname = env().hostname();
+    connect.key_prefix = "dcn/column" + std::to_string(column) + "/";
+    if (generation > 0) {
+      connect.key_prefix += "generation" + std::to_string(generation) + "/";
+    }
+    connect.timeout = options_.timeout;
+    connect.peer_names = names;
+    auto comm = dcn::Communicator::Connect(*store_, connect);
+    if (!comm.ok()) {
+      return comm.status().WithContext("connecting DCN column " +
+                                       std::to_string(column));
+    }
+    comms.push_back(std::move(comm).value());
+  }
+  for (auto& old : dcn_) retired_dcn_.push_back(std::move(old));
+  dcn_ = std::move(comms);
+  return OkStatus();
+}
+
+dcn::Communicator* Runtime::dcn(int column) {
+  std::lock_guard<std::mutex> lock(membership_mu_);
+  return dcn_.empty() ? nullptr : dcn_[column].get();
+}
+
+int Runtime::dcn_rank_of(int process) const {
+  std::lock_guard<std::mutex> lock(membership_mu_);
+  return dcn_rank_of_[process];
+}
+
+bool Runtime::AllLocalDevicesOk(bool ok) {
+  std::unique_lock<std::mutex> lock(vote_.mu);
+  vote_.all_ok = vote_.all_ok && ok;
+  if (++vote_.arrived == static_cast<int>(local_devices_.size())) {
+    vote_.result = vote_.all_ok;
+    vote_.all_ok = true;
+    vote_.arrived = 0;
+    ++vote_.round;
+    vote_.cv.notify_all();
+    return vote_.result;
+  }
+  const int64_t round = vote_.round;
+  vote_.cv.wait(lock, [&] { return vote_.round != round; });
+  return vote_.result;
+}
+
+int Runtime::membership_generation() const { return generation_.load(); }
+
+std::vector<int> Runtime::lost_slices() const {
+  std::lock_guard<std::mutex> lock(membership_mu_);
+  return lost_slices_;
+}
+
+std::vector<int> Runtime::live_processes() const {
+  std::lock_guard<std::mutex> lock(membership_mu_);
+  return live_processes_;
+}
+
+Result<int> Runtime::DropLostSlices(int seen_generation) {
+  std::lock_guard<std::mutex> drop_lock(drop_mu_);
+  if (generation_.load() > seen_generation) return 0;
+  const int generation = generation_.load();
+  ASSIGN_OR_RETURN(std::vector<int> gone,
+                   AgreeOnGone(*store_, generation, process_index(),
+                               live_processes(), options_.timeout));
+  const int hosts = accelerator_.hosts_per_slice();
+  std::vector<int> lost = lost_slices(), live;
+  const size_t lost_before = lost.size();
+  for (int p : gone) {
+    if (std::find(lost.begin(), lost.end(), p / hosts) == lost.end()) {
+      lost.push_back(p / hosts);
+    }
+  }
+  if (lost.size() == lost_before) return 0;
+  if (std::find(lost.begin(), lost.end(), env().slice_id) != lost.end()) {
+    return FailedPrecondition("this worker's slice was lost");
+  }
+  for (int p : live_processes()) {
+    if (std::find(lost.begin(), lost.end(), p / hosts) == lost.end()) {
+      live.push_back(p);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(membership_mu_);
+    if (live.size() > 1) {
+      RETURN_IF_ERROR(ConnectDcn(live, generation + 1));
+    } else {
+      for (auto& old : dcn_) retired_dcn_.push_back(std::move(old));
+      dcn_.clear();
+    }
+    lost_slices_ = lost;
+    live_processes_ = live;
+    std::fill(dcn_rank_of_.begin(), dcn_rank_of_.end(), -1);
+    for (size_t r = 0; r < live.size(); ++r) dcn_rank_of_[live[r]] = r;
+  }
+  generation_ = generation + 1;
+  return static_cast<int>(lost.size() - lost_before);
 }
 
 Status Runtime::WithFirstFailure(const Status& failure) {

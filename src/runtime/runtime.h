@@ -16,9 +16,12 @@
 
 #include <gloo/rendezvous/store.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -62,10 +65,34 @@ class Runtime {
     return *collectives_[local_index];
   }
   ici::Domain& ici_domain() { return *ici_domain_; }
-  // The DCN communicator of a column; null when the job has one slice.
-  dcn::Communicator* dcn(int column) {
-    return dcn_.empty() ? nullptr : dcn_[column].get();
-  }
+  // The DCN communicator of a column in the current membership; null when
+  // the job has one slice.
+  dcn::Communicator* dcn(int column);
+  // The rank of `process` in the current communicators.
+  int dcn_rank_of(int process) const;
+
+  // Losing slices without stopping (DiLoCo's diloco_continue_on_failure).
+  // The membership starts as every process, generation 0. After a
+  // collective failed because a peer was lost, each device thread calls
+  // DropLostSlices with the generation it ran in: the first call of the
+  // process agrees with the other survivors through the store on the
+  // processes gone (membership.h), drops their slices, connects new DCN
+  // communicators among the survivors (the old ones closed their
+  // connections on the failure) and moves to the next generation; a later
+  // call with an older generation returns at once. Collectives built after
+  // it (DeviceCollectives::Group) leave the lost slices out. Not for a
+  // failure of this process's own slice (kFailedPrecondition).
+  // Returns the number of slices it dropped (0 for a call that found the
+  // generation already moved on, or no process gone).
+  Result<int> DropLostSlices(int seen_generation);
+  // Every device thread of this process calls it at the same point (after
+  // the same collective) with whether that succeeded on its device; returns
+  // whether it did on all of them, so that they retry together.
+  bool AllLocalDevicesOk(bool ok);
+  int membership_generation() const;
+  std::vector<int> lost_slices() const;
+  // The processes still in the job, in increasing order.
+  std::vector<int> live_processes() const;
   // The rendezvous store under this run's and attempt's prefix.
   gloo::rendezvous::Store& store() { return *store_; }
   const dcn::StoreAddress& store_address() const { return store_address_; }
@@ -84,6 +111,9 @@ class Runtime {
   // `failure`, naming the worker it started at when a peer's loss made this
   // one fail (first_failure.h).
   Status WithFirstFailure(const Status& failure);
+  // Connects one communicator per device column among `processes` (this
+  // one among them) under the store keys of `generation`.
+  Status ConnectDcn(const std::vector<int>& processes, int generation);
 
   RuntimeOptions options_;
   mesh::AcceleratorType accelerator_;
@@ -94,7 +124,23 @@ class Runtime {
   dcn::StoreAddress store_address_;
   std::shared_ptr<gloo::rendezvous::Store> store_;
   std::unique_ptr<ici::Domain> ici_domain_;
+  std::mutex drop_mu_;  // one DropLostSlices at a time
+  mutable std::mutex membership_mu_;
   std::vector<std::unique_ptr<dcn::Communicator>> dcn_;
+  // Communicators of earlier generations: a device thread may still be in
+  // a call on one when the next generation connects.
+  std::vector<std::unique_ptr<dcn::Communicator>> retired_dcn_;
+  std::vector<int> live_processes_;  // by rank in dcn_
+  std::vector<int> dcn_rank_of_;     // by process; -1 when gone
+  std::vector<int> lost_slices_;
+  std::atomic<int> generation_{0};
+  struct Vote {
+    std::mutex mu;
+    std::condition_variable cv;
+    int64_t round = 0;
+    int arrived = 0;
+    bool all_ok = true, result = true;
+  } vote_;
   std::vector<std::unique_ptr<DeviceCollectives>> collectives_;
   Trace* trace_ = nullptr;
 };
