@@ -86,14 +86,23 @@ std::vector<int> FragmentOf(const model::gpt::GptConfig& model, int fragments) {
   return of;
 }
 
-// DiLoCo on config (the run's keys) written out: every replica one device.
-// rejoin_after > 0: after that step replica 1 starts again at the outer
-// parameters with replica 0's moments (it lost its host's memory).
+// What happens to the last replica in the reference loop.
+struct Loss {
+  int64_t rejoin_after = 0;  // > 0: replica 1 restarts after that step at
+                             // the outer parameters with replica 0's moments
+                             // (it lost its host's memory)
+  int64_t drop_after = 0;    // > 0: the last replica leaves after that step
+                             // and the syncs average the others
+};
+
+// DiLoCo on config (the run's keys) written out: every replica one device,
+// the run's global batch from `devices` devices.
 Reference RunReference(const TrainConfig& config, const std::string& dataset,
-                       const DilocoKeys& k, int64_t rejoin_after = 0) {
+                       const DilocoKeys& k, Loss loss_of = {},
+                       int devices = 4) {
   const model::gpt::GptConfig model = train::GptConfigOf(config);
   const int64_t n = model::gpt::NumParameters(model);
-  const int global_rows = config.per_device_batch_size * 4;  // 4 devices
+  const int global_rows = config.per_device_batch_size * devices;
   const int rows = global_rows / k.replicas;
   const int T = config.max_target_length;
   std::vector<float> start(n);
@@ -127,8 +136,11 @@ Reference RunReference(const TrainConfig& config, const std::string& dataset,
     return t % k.sync_period == ((f + 1) * gap) % k.sync_period;
   };
   for (int64_t step = 1; step <= config.steps; ++step) {
+    const int alive = loss_of.drop_after > 0 && step > loss_of.drop_after
+                          ? k.replicas - 1
+                          : k.replicas;
     double loss = 0;
-    for (int r = 0; r < k.replicas; ++r) {
+    for (int r = 0; r < alive; ++r) {
       const train::Batch b = data[r].At(step - 1);
       auto l = gpt.Forward(ref.inner[r].data(), b.inputs.data(),
                            b.targets.data(), rows, T);
@@ -158,8 +170,8 @@ Reference RunReference(const TrainConfig& config, const std::string& dataset,
         for (int64_t i = 0; i < n; ++i) {
           if (fragment[i] != f) continue;
           delta[i] = 0;
-          for (int r = 0; r < k.replicas; ++r) {
-            delta[i] += (ref.outer[i] - ref.inner[r][i]) / k.replicas;
+          for (int r = 0; r < alive; ++r) {
+            delta[i] += (ref.outer[i] - ref.inner[r][i]) / alive;
           }
         }
       }
@@ -170,14 +182,14 @@ Reference RunReference(const TrainConfig& config, const std::string& dataset,
           momentum[i] = k.outer_momentum * momentum[i] + delta[i];
           ref.outer[i] -=
               k.outer_lr * (delta[i] + k.outer_momentum * momentum[i]);
-          for (int r = 0; r < k.replicas; ++r) {
+          for (int r = 0; r < alive; ++r) {
             ref.inner[r][i] = static_cast<float>(k.alpha * ref.inner[r][i] +
                                                  (1 - k.alpha) * ref.outer[i]);
           }
         }
       }
     }
-    if (step == rejoin_after) {
+    if (step == loss_of.rejoin_after) {
       for (int64_t i = 0; i < n; ++i) {
         ref.inner[1][i] = static_cast<float>(ref.outer[i]);
       }
@@ -207,6 +219,43 @@ class DilocoCommandTest : public testing_util::TrainRunTest {
     auto c = LoadTrainConfig(data_->path() + "/tiny.yml", overrides);
     EXPECT_TRUE(c.ok()) << c.status().message();
     return c.ok() ? *c : TrainConfig{};
+  }
+
+  // diloco_continue_on_failure: the last slice dies after step 3; the
+  // others go on (the launcher records it gone, they agree on it, connect a
+  // DCN communicator of their own and resend the sync in flight), average
+  // only their own pseudo-gradients from the sync of step 4 on, and finish
+  // the run: exit 0, their losses the loop with the last replica dropped
+  // after step 3 (and not the loop without the drop), and a sentence naming
+  // the lost slice. `mesh` has one replica per slice, `devices` in all.
+  void ExpectSurvivorsTrainOn(const std::string& name, const DilocoKeys& keys,
+                              const std::vector<std::string>& mesh,
+                              int devices) {
+    const std::vector<std::string> common =
+        With(keys.Overrides(),
+             {"steps=8", "diloco_continue_on_failure=true",
+              "checkpoint_period=100", "eval_interval=4", "run_name=" + name});
+    const std::string last = std::to_string(keys.replicas - 1);
+    testing_util::Child run = Spawn(
+        Args(With(mesh, common)),
+        {"MULTISLICE_TEST_KILL_AFTER_STEP=" + last + ":3"}, dir_.path(), name);
+    ASSERT_EQ(WaitExit(run, 240), 0) << ReadFile(run.err);
+    const std::string err = ReadFile(run.err);
+    EXPECT_NE(err.find("slice " + last + " was lost; the other slices went on"),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find("no checkpoint at step 8"), std::string::npos) << err;
+    std::string out = ReadFile(run.out);
+    out = out.substr(out.rfind("\n{") + 1);
+    const nlohmann::json summary = nlohmann::json::parse(out);
+    const TrainConfig config =
+        Config(With(common, {"per_device_batch_size=2"}));
+    const Reference ref = RunReference(config, DatasetDir(), keys,
+                                       Loss{.drop_after = 3}, devices);
+    ExpectClose(Losses(summary), ref.losses, 1e-5, name);
+    const Reference whole =
+        RunReference(config, DatasetDir(), keys, {}, devices);
+    EXPECT_GT(std::fabs(whole.losses[5] - ref.losses[5]), 1e-4) << name;
   }
 
   // Trains `keys` for `steps` and checks the losses, every replica's
@@ -355,7 +404,7 @@ TEST_F(DilocoCommandTest, LostReplicaRejoinsAtTheOuterParameters) {
   ASSERT_LT(restored, 16);
   const Reference ref = RunReference(
       Config(With(keys.Overrides(), {"steps=16", "per_device_batch_size=2"})),
-      DatasetDir(), keys, restored);
+      DatasetDir(), keys, Loss{.rejoin_after = restored});
   const std::vector<double> losses = Losses(resumed);
   ASSERT_EQ(losses.size(), static_cast<size_t>(16 - restored));
   for (size_t i = 0; i < losses.size(); ++i) {
@@ -373,6 +422,24 @@ TEST_F(DilocoCommandTest, LostReplicaRejoinsAtTheOuterParameters) {
       1e-4);
   std::filesystem::remove_all(replica0);
   std::filesystem::remove_all(replica1);
+}
+
+// Three slices of one device: two survivors, which average over a DCN
+// communicator of their own.
+TEST_F(DilocoCommandTest, LostSliceLeavesTheOthersTraining) {
+  DilocoKeys keys;
+  keys.replicas = 3;
+  ExpectSurvivorsTrainOn("lost3", keys,
+                         {"per_device_batch_size=2", "dcn_diloco_parallelism=3",
+                          "--num_slices", "3", "--accelerator_type", "cpu-1"},
+                         3);
+}
+
+// Two slices of fsdp 2: the survivor's two device threads both notice the
+// loss, one agrees on it, and the replica then syncs with itself alone.
+TEST_F(DilocoCommandTest, LastSurvivorTrainsOnAlone) {
+  DilocoKeys keys;
+  ExpectSurvivorsTrainOn("lost2", keys, Mesh(keys), 4);
 }
 
 // A DiLoCo checkpoint resumes only as DiLoCo with as many replicas (each

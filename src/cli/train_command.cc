@@ -424,6 +424,11 @@ int Run(const TrainFlags& flags) {
       !s.ok()) {
     return Fail(s);
   }
+  if (Status s = CheckLosableSlices(config, resolved->ici[mesh::kDiloco],
+                                    resolved->dcn[mesh::kDiloco], num_slices);
+      !s.ok()) {
+    return Fail(s);
+  }
   // A second training of this run directory is refused before any worker
   // starts (worker 0 takes the lock itself: see LockRunDirectory). Not in a
   // Slurm task: its peers are workers of the same run, and task 0's worker
@@ -458,6 +463,7 @@ int Run(const TrainFlags& flags) {
   job.accelerator_type = accelerator_type;
   job.argv = argv;
   job.raw_stdout_of_first_worker = true;
+  job.continue_without_lost_slices = config.diloco_continue_on_failure;
   const int code =
       runtime::RunLocalJob(job, [&](const runtime::WorkerEnv& worker_env) {
         return RunWorker(config, worker_env, flags);

@@ -81,6 +81,38 @@ TEST(LauncherTest, FirstFailureStopsTheOthersAndIsReturned) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
 }
 
+// With failure domains, a failed worker stops only its domain: the other
+// worker of it is killed, both are reported gone (the failed one last), and
+// the other domain finishes on its own (exit 0). Losing the last domain
+// stops everyone and returns the first loss as the cause.
+TEST(LauncherTest, AFailedDomainStopsAloneAndTheOthersFinish) {
+  CapturedOutput out, err;
+  LaunchOptions options;
+  options.workers = {Shell("sleep 1; echo done", "[0] "),
+                     Shell("sleep 30", "[1a] "), Shell("exit 3", "[1b] ")};
+  options.domains = {0, 1, 1};
+  std::vector<int> gone;
+  options.on_gone = [&](int worker) { gone.push_back(worker); };
+  options.out_fd = out.fd();
+  options.err_fd = err.fd();
+  const auto start = Clock::now();
+  LaunchResult result = RunWorkers(options);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+  EXPECT_EQ(result.exit_code, 0);
+  EXPECT_EQ(gone, (std::vector<int>{1, 2}));
+  EXPECT_EQ(result.lost_workers, (std::vector<int>{1, 2}));
+  EXPECT_EQ(out.Read(), "[0] done\n");
+
+  options.workers = {Shell("sleep 0.5; exit 4", "[0] "),
+                     Shell("exit 3", "[1] ")};
+  options.domains = {0, 1};
+  gone.clear();
+  result = RunWorkers(options);
+  EXPECT_EQ(result.exit_code, 3);
+  EXPECT_EQ(result.failed_worker, 1);
+  EXPECT_EQ(gone, (std::vector<int>{1}));
+}
+
 TEST(LauncherTest, WorkersThatIgnoreSigtermAreKilledAfterTheGrace) {
   CapturedOutput out, err;
   LaunchOptions options;

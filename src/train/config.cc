@@ -108,6 +108,9 @@ const Field kFields[] = {
     {"dcn_gradient_wire_dtype", &TrainConfig::dcn_gradient_wire_dtype,
      "the per-step gradient all-reduce across slices on the wire: f32, bf16 "
      "or int8, summed in f32"},
+    {"diloco_continue_on_failure", &TrainConfig::diloco_continue_on_failure,
+     "a lost slice drops its replica from the next syncs while the others "
+     "go on, instead of stopping the job"},
     {"vocab_size", &TrainConfig::vocab_size, "vocabulary size"},
     {"emb_dim", &TrainConfig::emb_dim, "model width; a multiple of num_heads"},
     {"num_heads", &TrainConfig::num_heads, "attention heads"},
@@ -434,6 +437,11 @@ Status CheckDiloco(const TrainConfig& c) {
   RETURN_IF_ERROR(runtime::ParseWireType(c.dcn_gradient_wire_dtype,
                                          "key 'dcn_gradient_wire_dtype'")
                       .status());
+  if (!c.enable_diloco && c.diloco_continue_on_failure) {
+    return InvalidArgument(
+        "key 'diloco_continue_on_failure' = true: expected enable_diloco=true "
+        "too (only DiLoCo's replicas can go on without a lost slice)");
+  }
   if (!c.enable_diloco) {
     if (!c.enable_streaming_diloco) return OkStatus();
     return InvalidArgument(
@@ -498,6 +506,21 @@ Status CheckDilocoReplicas(const TrainConfig& c, int ici_replicas,
       ") = " + std::to_string(ici_replicas * dcn_replicas) +
       " replicas: expected enable_diloco=true (the diloco axis holds "
       "DiLoCo's replicas; use the data axes for data parallelism)");
+}
+
+Status CheckLosableSlices(const TrainConfig& c, int ici_replicas,
+                          int dcn_replicas, int num_slices) {
+  if (!c.diloco_continue_on_failure ||
+      (ici_replicas == 1 && dcn_replicas == num_slices && num_slices >= 2)) {
+    return OkStatus();
+  }
+  return InvalidArgument(
+      "key 'diloco_continue_on_failure' = true with ici_diloco_parallelism " +
+      std::to_string(ici_replicas) + " and dcn_diloco_parallelism " +
+      std::to_string(dcn_replicas) + " over " + std::to_string(num_slices) +
+      " slices: expected one DiLoCo replica per slice (ici 1, dcn the "
+      "number of slices, at least 2), so that a lost slice takes exactly one "
+      "replica with it");
 }
 
 Status CheckPipelineSplit(const TrainConfig& c, int ici_stages, int dcn_stages,

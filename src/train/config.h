@@ -68,6 +68,9 @@ struct TrainConfig {
   // all-reduce of data parallelism across slices: f32, bf16 or int8.
   std::string diloco_wire_dtype = "f32";
   std::string dcn_gradient_wire_dtype = "f32";
+  // A lost slice drops its replica from the next syncs while the other
+  // replicas go on (docs/diloco.md), instead of stopping the job.
+  bool diloco_continue_on_failure = false;
 
   // Model size.
   int vocab_size = 256;
@@ -142,6 +145,10 @@ Status CheckPipelineSplit(const TrainConfig& config, int ici_stages,
 // the mesh's): more than one needs enable_diloco.
 Status CheckDilocoReplicas(const TrainConfig& config, int ici_replicas,
                            int dcn_replicas);
+// With diloco_continue_on_failure: one DiLoCo replica per slice, at least
+// two, so that a lost slice takes exactly one replica with it.
+Status CheckLosableSlices(const TrainConfig& config, int ici_replicas,
+                          int dcn_replicas, int num_slices);
 // num_pipeline_microbatches, with -1 resolved to `stages`.
 int PipelineMicrobatches(const TrainConfig& config, int stages);
 

@@ -533,6 +533,20 @@ TEST(DilocoKeysTest, DefaultsAndBadValuesAreOneSentence) {
             "replicas: expected enable_diloco=true (the diloco axis holds "
             "DiLoCo's replicas; use the data axes for data parallelism)");
   EXPECT_TRUE(CheckDilocoReplicas(*filled, 1, 1).ok());
+  // Losing a slice without stopping needs one replica per slice.
+  Result<TrainConfig> losable = LoadTrainConfig(
+      yaml, {"enable_diloco=true", "diloco_continue_on_failure=true"});
+  ASSERT_TRUE(losable.ok());
+  EXPECT_FALSE(defaults->diloco_continue_on_failure);
+  EXPECT_TRUE(CheckLosableSlices(*losable, 1, 3, 3).ok());
+  EXPECT_TRUE(CheckLosableSlices(*defaults, 2, 1, 1).ok());
+  EXPECT_EQ(CheckLosableSlices(*losable, 2, 1, 1).message(),
+            "key 'diloco_continue_on_failure' = true with "
+            "ici_diloco_parallelism 2 and dcn_diloco_parallelism 1 over 1 "
+            "slices: expected one DiLoCo replica per slice (ici 1, dcn the "
+            "number of slices, at least 2), so that a lost slice takes "
+            "exactly one replica with it");
+  EXPECT_FALSE(CheckLosableSlices(*losable, 1, 2, 4).ok());
 
   const std::vector<std::string> on = {"enable_diloco=true"};
   auto with = [&](std::vector<std::string> extra) {
@@ -585,6 +599,10 @@ TEST(DilocoKeysTest, DefaultsAndBadValuesAreOneSentence) {
           {{"dcn_gradient_wire_dtype=int4"},
            "key 'dcn_gradient_wire_dtype': 'int4' is not a wire type; "
            "expected f32, bf16 or int8"},
+          {{"diloco_continue_on_failure=true"},
+           "key 'diloco_continue_on_failure' = true: expected "
+           "enable_diloco=true too (only DiLoCo's replicas can go on without "
+           "a lost slice)"},
       };
   for (const auto& [overrides, expected] : refused) {
     Result<TrainConfig> config = LoadTrainConfig(yaml, overrides);

@@ -93,6 +93,7 @@ OuterOptimizer::OuterOptimizer(const OuterOptimizerOptions& options,
     largest = std::max(largest, FragmentSize(ranges));
   }
   wire_.assign(static_cast<size_t>(largest), 0.0f);
+  if (options_.resendable) sent_.assign(wire_.size(), 0.0f);
 }
 
 OuterOptimizer::~OuterOptimizer() { (void)handle_.Wait(); }
@@ -119,7 +120,7 @@ Status OuterOptimizer::AfterInnerStep(runtime::DeviceCollectives& coll,
     if (in_flight_->land_step == step) RETURN_IF_ERROR(Land(coll, inner));
   }
   const int fragment = FragmentStartingAt(step);
-  if (fragment < 0) return OkStatus();
+  if (fragment < 0 || last_start_ == step) return OkStatus();
   if (in_flight_.has_value()) {
     return FailedPrecondition("DiLoCo: fragment " + std::to_string(fragment) +
                               " is due to start at step " +
@@ -128,6 +129,7 @@ Status OuterOptimizer::AfterInnerStep(runtime::DeviceCollectives& coll,
                               " is still in flight");
   }
   RETURN_IF_ERROR(Start(coll, fragment, inner));
+  last_start_ = step;
   in_flight_ = InFlight{fragment, step + options_.overlap_steps, false};
   if (options_.overlap_steps == 0) return Land(coll, inner);
   return OkStatus();
@@ -143,10 +145,20 @@ Status OuterOptimizer::Start(runtime::DeviceCollectives& coll, int fragment,
   synced_wire_bytes_ += static_cast<int64_t>(WireBytes(options_.wire, n));
   // No values here means none at this shard position on any replica: the
   // whole group skips this all-reduce.
+  if (options_.resendable) {
+    std::copy(wire_.begin(), wire_.begin() + n, sent_.begin());
+    sent_count_ = n;
+  }
   if (n == 0) {
     handle_ = {};
     return OkStatus();
   }
+  Launch(coll, n, fragment);
+  return OkStatus();
+}
+
+void OuterOptimizer::Launch(runtime::DeviceCollectives& coll, size_t n,
+                            int fragment) {
   const std::string label = "diloco/fragment" + std::to_string(fragment);
   if (options_.wire == runtime::WireType::kF32) {
     handle_ =
@@ -156,6 +168,19 @@ Status OuterOptimizer::Start(runtime::DeviceCollectives& coll, int fragment,
     handle_ = coll.CompressedAllReduce(options_.replica_axes, wire_.data(),
                                        wire_.data(), n, options_.wire, label);
   }
+}
+
+Status OuterOptimizer::Resend(runtime::DeviceCollectives& coll) {
+  if (!in_flight_.has_value() || in_flight_->reduced) return OkStatus();
+  if (!options_.resendable) {
+    return FailedPrecondition(
+        "DiLoCo: the pseudo-gradient in flight was not kept for a resend");
+  }
+  (void)handle_.Wait();  // the failed one: nothing may still write wire_
+  handle_ = {};
+  if (sent_count_ == 0) return OkStatus();
+  std::copy(sent_.begin(), sent_.begin() + sent_count_, wire_.begin());
+  Launch(coll, sent_count_, in_flight_->fragment);
   return OkStatus();
 }
 

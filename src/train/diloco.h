@@ -81,6 +81,9 @@ struct OuterOptimizerOptions {
   FragmentRanges fragments;
   int overlap_steps = 0;  // tau: a fragment's sync lands tau steps later
   double alpha = 0.0;     // mixing when it lands (above)
+  // Keep a copy of the pseudo-gradient in flight, so that Resend can start
+  // its all-reduce again (diloco_continue_on_failure).
+  bool resendable = false;
 };
 
 class OuterOptimizer {
@@ -108,6 +111,15 @@ class OuterOptimizer {
   // kFailedPrecondition when a landing was skipped (a step not called).
   Status AfterInnerStep(runtime::DeviceCollectives& coll, int64_t step,
                         float* inner);
+
+  // After the all-reduce in flight failed because replicas were lost and
+  // the runtime left them out of the replica group (the trainer's
+  // diloco_continue_on_failure): starts it again, from the pseudo-gradient
+  // it started with, over the replicas left. Calling AfterInnerStep for the
+  // same step again then finishes that step's work (a fragment that already
+  // started at the step does not start twice). kFailedPrecondition without
+  // options.resendable.
+  Status Resend(runtime::DeviceCollectives& coll);
 
   // Waits for the all-reduce in flight, if any; its result stays pending
   // until its step (and is what pending() holds). Called before the state
@@ -152,6 +164,8 @@ class OuterOptimizer {
   int FragmentStartingAt(int64_t step) const;
   Status Start(runtime::DeviceCollectives& coll, int fragment,
                const float* inner);
+  // Starts the all-reduce of the first n values of wire_ (of `fragment`).
+  void Launch(runtime::DeviceCollectives& coll, size_t n, int fragment);
   Status Land(runtime::DeviceCollectives& coll, float* inner);
 
   const OuterOptimizerOptions options_;
@@ -160,6 +174,9 @@ class OuterOptimizer {
   int64_t fragment_step_ = 1;  // g = H / F
   std::vector<float> outer_, momentum_, pending_;
   std::vector<float> wire_;  // the fragment in flight, packed
+  std::vector<float> sent_;  // with options.resendable: wire_ as sent
+  size_t sent_count_ = 0;
+  int64_t last_start_ = 0;  // the step of the last fragment's start
   std::optional<InFlight> in_flight_;
   runtime::CollectiveHandle handle_;
   int64_t synced_values_ = 0;

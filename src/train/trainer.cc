@@ -7,6 +7,7 @@
 #include <barrier>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -91,9 +92,28 @@ bool SameModel(const model::gpt::GptConfig& a, const model::gpt::GptConfig& b) {
 //                                         (1-based) stops forever after
 //                                         writing its files, before the
 //                                         commit, so a test can kill it there.
+//   MULTISLICE_TEST_KILL_AFTER_STEP=p:s   process p kills itself (SIGKILL)
+//                                         after step s, so a test can lose
+//                                         a slice at a known step.
 int64_t EnvInt(const char* name) {
   const char* v = std::getenv(name);
   return v ? std::strtoll(v, nullptr, 10) : 0;
+}
+
+// Dies after the step MULTISLICE_TEST_KILL_AFTER_STEP names for this process.
+void MaybeKillAfterStep(int process, int64_t step) {
+  const char* v = std::getenv("MULTISLICE_TEST_KILL_AFTER_STEP");
+  if (v == nullptr) return;
+  const std::string spec = v;
+  const size_t colon = spec.find(':');
+  if (colon == std::string::npos) return;
+  if (std::atoi(spec.substr(0, colon).c_str()) != process ||
+      std::atoll(spec.substr(colon + 1).c_str()) != step) {
+    return;
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::raise(SIGKILL);
 }
 
 // A barrier of every process of the job through the rendezvous store, for
@@ -115,7 +135,7 @@ std::function<Status()> StoreBarrier(runtime::Runtime& rt) {
     try {
       rt.store().set(name + "/" + std::to_string(host), {'1'});
       std::vector<std::string> keys;
-      for (int h = 0; h < hosts; ++h) {
+      for (int h : rt.live_processes()) {
         keys.push_back(name + "/" + std::to_string(h));
       }
       rt.store().wait(keys, timeout);
@@ -287,6 +307,9 @@ class Trainer {
   Status RecordBubble(Device& d, StepRecord& record);
   PipelineStepOptions StepOptions(const ParallelPlan& plan) const;
   Result<double> Evaluate(Device& d);
+  Status AcrossReplicas(const std::function<Status()>& op,
+                        const std::function<Status()>& resend = {});
+  bool SkipsSaveWhileLost(int local, int64_t step) const;
   void Report(Device& d, StepRecord& r);
   void FreeReplicas();
 
@@ -355,7 +378,8 @@ Status Trainer::TrainOnDevice(int local) {
         replicas_ && step % config_.in_memory_replica_period == 0;
     const bool checkpoint_step =
         config_.enable_checkpointing &&
-        (step % config_.checkpoint_period == 0 || step == config_.steps);
+        (step % config_.checkpoint_period == 0 || step == config_.steps) &&
+        !SkipsSaveWhileLost(local, step);
     if (d->outer && (replica_step || checkpoint_step)) {
       RETURN_IF_ERROR(d->outer->Settle());
     }
@@ -370,6 +394,7 @@ Status Trainer::TrainOnDevice(int local) {
     if (step_delay_ms > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
     }
+    if (local == 0) MaybeKillAfterStep(rt_.process_index(), step);
   }
   RETURN_IF_ERROR(saver_->Finish(local, config_.steps));
   if (local == 0) FreeReplicas();
@@ -401,8 +426,12 @@ Result<Trainer::StepResult> Trainer::TrainStep(Device& d, int64_t step) {
   r.record.grad_norm = d.optimizer.MeanNorm(static_cast<double>(stats[1]));
   r.record.lr = d.optimizer.Apply(step, r.record.grad_norm, d.state);
   if (d.outer) {
-    RETURN_IF_ERROR(d.outer->AfterInnerStep(d.plan.collectives(), step,
-                                            d.state.shard.data()));
+    runtime::DeviceCollectives& coll = d.plan.collectives();
+    RETURN_IF_ERROR(AcrossReplicas(
+        [&] {
+          return d.outer->AfterInnerStep(coll, step, d.state.shard.data());
+        },
+        [&] { return d.outer->Resend(coll); }));
   }
   r.record.seconds = SecondsSince(step_start);
   if (d.reporter_thread) r.record.dcn_bytes = ProcessDcnBytes() - dcn_before;
@@ -420,9 +449,12 @@ Result<Trainer::StepResult> Trainer::TrainStep(Device& d, int64_t step) {
 Result<bool> Trainer::StopsAt(Device& d, int64_t step, float replica_fault) {
   if (d.plan.diloco_size() == 1) return replica_fault > 0;
   if (!d.outer->SyncStartsAfter(step) && step != config_.steps) return false;
-  float fault = replica_fault;
-  RETURN_IF_ERROR(
-      d.plan.ReduceOverAll(&fault, 1, "diloco-fault", runtime::ReduceOp::kMax));
+  float fault = 0;
+  RETURN_IF_ERROR(AcrossReplicas([&] {
+    fault = replica_fault;
+    return d.plan.ReduceOverAll(&fault, 1, "diloco-fault",
+                                runtime::ReduceOp::kMax);
+  }));
   return fault > 0;
 }
 
@@ -456,9 +488,67 @@ Status Trainer::RecordBubble(Device& d, StepRecord& record) {
 // The mean validation loss over eval_batches batches of every device.
 Result<double> Trainer::Evaluate(Device& d) {
   RETURN_IF_ERROR(d.plan.GatherWeights(d.state));
-  return MeanLoss(
-      *d.step, d.plan, d.state.weights, [&](int k) { return d.val_data.At(k); },
-      config_.eval_batches);
+  double loss = 0;
+  RETURN_IF_ERROR(AcrossReplicas([&]() -> Status {
+    ASSIGN_OR_RETURN(loss, MeanLoss(
+                               *d.step, d.plan, d.state.weights,
+                               [&](int k) { return d.val_data.At(k); },
+                               config_.eval_batches));
+    return OkStatus();
+  }));
+  // The mean over the devices left when slices were lost.
+  const int slices = rt_.env().num_slices;
+  return loss * slices / static_cast<double>(slices - rt_.lost_slices().size());
+}
+
+// Runs op, a collective across DiLoCo's replicas. With
+// diloco_continue_on_failure, when it fails and the survivors agree that
+// slices were lost (Runtime::DropLostSlices), it runs again over the
+// replicas left, after `resend` (which restarts work op waits for); the
+// first failure is returned when none was lost or the agreement failed.
+Status Trainer::AcrossReplicas(const std::function<Status()>& op,
+                               const std::function<Status()>& resend) {
+  for (int tries = 0;; ++tries) {
+    const int generation = rt_.membership_generation();
+    Status s = op();
+    if (!config_.diloco_continue_on_failure) return s;
+    // A collective can succeed on one device of a process and fail on
+    // another (one that had nothing to send to the lost peer): they retry
+    // together, or their shared-memory groups would fall out of step.
+    if (!rt_.AllLocalDevicesOk(s.ok()) && s.ok()) {
+      s = Aborted("another device of this process lost a peer");
+    }
+    if (s.ok() || tries >= rt_.env().num_slices) return s;
+    Result<int> lost = rt_.DropLostSlices(generation);
+    if (!lost.ok()) {
+      return s.WithContext(
+          "and the survivors did not agree on the slices "
+          "lost (" +
+          lost.status().message() + ")");
+    }
+    if (*lost == 0 && rt_.membership_generation() == generation) return s;
+    if (resend) RETURN_IF_ERROR(resend());
+  }
+}
+
+// Whether the save of `step` is skipped because slices were lost: their
+// replicas' inner state is gone, and a checkpoint without it could not
+// resume (docs/diloco.md). Every survivor decides alike: the slices are
+// dropped at the same collective everywhere.
+bool Trainer::SkipsSaveWhileLost(int local, int64_t step) const {
+  const std::vector<int> lost = rt_.lost_slices();
+  if (lost.empty()) return false;
+  if (printer_ && local == 0) {
+    std::string slices;
+    for (int s : lost)
+      slices += (slices.empty() ? "" : ", ") + std::to_string(s);
+    std::fprintf(stderr,
+                 "multislice train: warning: no checkpoint at step %lld: "
+                 "slice %s was lost, and a checkpoint needs every "
+                 "replica's state\n",
+                 static_cast<long long>(step), slices.c_str());
+  }
+  return true;
 }
 
 void Trainer::Report(Device& d, StepRecord& r) {
@@ -547,6 +637,7 @@ Status Trainer::StartOuterOptimizer(Device& d) {
   ASSIGN_OR_RETURN(o.wire, runtime::ParseWireType(config_.diloco_wire_dtype,
                                                   "key 'diloco_wire_dtype'"));
   o.sync_period = config_.diloco_sync_period;
+  o.resendable = config_.diloco_continue_on_failure;
   if (config_.enable_streaming_diloco) {
     ASSIGN_OR_RETURN(
         auto fragments,
