@@ -12,6 +12,7 @@
 #include <cctype>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -256,6 +257,19 @@ class DilocoCommandTest : public testing_util::TrainRunTest {
     const Reference whole =
         RunReference(config, DatasetDir(), keys, {}, devices);
     EXPECT_GT(std::fabs(whole.losses[5] - ref.losses[5]), 1e-4) << name;
+    // tokens/s counts the replicas left: all of the batch before the loss,
+    // (K - 1) / K of it from step 4, the first the lost replica missed.
+    std::ifstream metrics(RunDir(name) + "/metrics.jsonl");
+    const double batch = 2.0 * devices * config.max_target_length;
+    for (std::string line; std::getline(metrics, line);) {
+      const nlohmann::json r = nlohmann::json::parse(line);
+      const double share =
+          r["step"] <= 3 ? 1.0 : (keys.replicas - 1.0) / keys.replicas;
+      EXPECT_NEAR(
+          r["tokens_per_s"].get<double>() * r["step_time_s"].get<double>(),
+          batch * share, 1e-6 * batch)
+          << name << " step " << r["step"];
+    }
   }
 
   // Trains `keys` for `steps` and checks the losses, every replica's

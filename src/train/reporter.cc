@@ -41,7 +41,7 @@ Status Reporter::Step(const StepRecord& r, int64_t first_step,
       {"lr", r.lr},
       {"grad_norm", r.grad_norm},
       {"step_time_s", r.seconds},
-      {"tokens_per_s", tokens_per_step_ / r.seconds},
+      {"tokens_per_s", tokens_per_step_ * r.trained_share / r.seconds},
       {"tflops_per_device", tflops},
       {"attempt", attempt_},
       {kResumeField, resume_},
@@ -71,11 +71,12 @@ Status Reporter::Step(const StepRecord& r, int64_t first_step,
   if (r.val_loss) summary->final_val_loss = *r.val_loss;
   if (r.step > first_step) {
     later_seconds_ += r.seconds;
+    later_tokens_ += tokens_per_step_ * r.trained_share;
     later_mfu_ += mfu;
     ++later_steps_;
     summary->mean_step_seconds = later_seconds_ / later_steps_;
     summary->mean_mfu = later_mfu_ / later_steps_;
-    summary->tokens_per_second = tokens_per_step_ / summary->mean_step_seconds;
+    summary->tokens_per_second = later_tokens_ / later_seconds_;
   }
   if (r.step == first_step) {
     first_step_start_ =
@@ -103,7 +104,8 @@ void Reporter::Print(const StepRecord& r, int64_t first_step, double tflops,
                   "step %lld/%d  loss %.4f  lr %.2e  norm %.3f  %.3f s  "
                   "%.0f tokens/s  %.3f TFLOP/s",
                   static_cast<long long>(r.step), c.steps, r.loss, r.lr,
-                  r.grad_norm, r.seconds, tokens_per_step_ / r.seconds, tflops);
+                  r.grad_norm, r.seconds,
+                  tokens_per_step_ * r.trained_share / r.seconds, tflops);
     line = buf;
     if (mfu > 0) {
       // Above 100 %: the start-up peak was measured low; say so.

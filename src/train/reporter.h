@@ -31,6 +31,9 @@ struct StepRecord {
   // the reporting device) and the fraction of it the busiest stage did not
   // compute.
   std::optional<double> pipeline_seconds, pipeline_bubble;
+  // The share of the global batch trained: below 1 once DiLoCo replicas
+  // were lost (diloco_continue_on_failure); tokens/s count only it.
+  double trained_share = 1.0;
 };
 
 class Reporter {
@@ -78,7 +81,7 @@ class Reporter {
   Clock::time_point start_ = Clock::now();
   Clock::time_point first_step_start_ = Clock::now();
   Clock::time_point last_bar_{};
-  double later_seconds_ = 0, later_mfu_ = 0;
+  double later_seconds_ = 0, later_mfu_ = 0, later_tokens_ = 0;
   int64_t later_steps_ = 0;
 };
 

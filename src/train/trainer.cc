@@ -434,6 +434,10 @@ Result<Trainer::StepResult> Trainer::TrainStep(Device& d, int64_t step) {
         [&] { return d.outer->Resend(coll); }));
   }
   r.record.seconds = SecondsSince(step_start);
+  if (const size_t lost = rt_.lost_slices().size(); lost > 0) {
+    r.record.trained_share =
+        1.0 - static_cast<double>(lost) / rt_.env().num_slices;
+  }
   if (d.reporter_thread) r.record.dcn_bytes = ProcessDcnBytes() - dcn_before;
   if (d.step->pipeline()) RETURN_IF_ERROR(RecordBubble(d, r.record));
   IteratorState next = d.train_data.state();
