@@ -27,22 +27,26 @@ echo "# diloco_lost_slice.sh: $(date -u +%FT%TZ), $(nproc) CPUs," \
 train_args=(train configs/quickstart.yml "dataset_path=$out/ds"
   "base_output_directory=$out/runs" steps="$steps" emb_dim=128
   num_decoder_layers=4 num_heads=4 mlp_dim=512 max_target_length=64
-  per_device_batch_size=8 eval_interval=0 checkpoint_period=100000
+  per_device_batch_size=8 eval_interval=100000 checkpoint_period=100000
   enable_checkpointing=false enable_in_memory_recovery=true
   in_memory_replica_period=10 enable_diloco=true diloco_sync_period=12
   diloco_wire_dtype=int8 dcn_diloco_parallelism=3 dcn_data_parallelism=1
   ici_fsdp_parallelism=1 ici_data_parallelism=1
   --num_slices 3 --accelerator_type cpu-1)
 
-# Kills slice 2's worker once metrics.jsonl has step $kill_after.
+# Kills slice 2's worker once metrics.jsonl has step $kill_after (or gives
+# up when the job `pid` has ended).
 kill_at_step() {
-  local metrics=$1
+  local metrics=$1 pid=$2
   until [ -f "$metrics" ] && python3 - "$metrics" "$kill_after" <<'EOF'
 import json, sys
 steps = [json.loads(l)["step"] for l in open(sys.argv[1]) if l.strip()]
 sys.exit(0 if steps and max(steps) >= int(sys.argv[2]) else 1)
 EOF
-  do sleep 0.05; done
+  do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.05
+  done
   for p in $(pgrep -f "$ms train" || true); do
     if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null |
       grep -qx 'MEGASCALE_SLICE_ID=2'; then
@@ -62,7 +66,7 @@ run_mode() {  # name, continue_on_failure
   $ms "${train_args[@]}" "diloco_continue_on_failure=$keep" "run_name=$name" \
     >"$out/$name.1.out" 2>"$out/$name.1.err" &
   local job=$!
-  kill_at_step "$out/runs/$name/metrics.jsonl"
+  kill_at_step "$out/runs/$name/metrics.jsonl" $job
   local code=0
   wait $job || code=$?
   echo "  first run exited with $code"
@@ -89,8 +93,21 @@ print(f"  wall {wall:.2f} s, steps {len(kept)}, recomputed {recomputed}, "
       f"productive step time {productive:.2f} s, goodput "
       f"{100 * productive / wall:.1f} %")
 print(f"  median step {med * 1000:.1f} ms, longest step {worst['step']} "
-      f"{worst['step_time_s'] * 1000:.1f} ms, attempts "
-      f"{len(set(r['attempt'] for r in recs))}, tokens trained {tokens:.0f}")
+      f"{worst['step_time_s'] * 1000:.1f} ms, starts "
+      f"{len(set(r['resume'] for r in recs))}, tokens trained {tokens:.0f}")
+full = max(r["tokens_per_s"] * r["step_time_s"] for r in recs)
+fewer = [r for r in kept.values()
+         if r["tokens_per_s"] * r["step_time_s"] < 0.99 * full]
+if fewer:
+    first = min(fewer, key=lambda r: r["step"])
+    before = [r["step_time_s"] for r in kept.values() if r["step"] < first["step"]]
+    after = [r["step_time_s"] for r in fewer if r["step"] > first["step"]]
+    print(f"  the loss noticed at step {first['step']}: that step "
+          f"{first['step_time_s'] * 1000:.1f} ms; median step before "
+          f"{statistics.median(before) * 1000:.1f} ms, after "
+          f"{statistics.median(after) * 1000:.1f} ms with "
+          f"{first['tokens_per_s'] * first['step_time_s'] / full:.3f} of the "
+          f"batch")
 EOF
 }
 
