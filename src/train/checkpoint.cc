@@ -454,7 +454,23 @@ Status CheckpointManager::RunSave(const SaveJob& job) {
   // Phase 2: every host writes its own files into <step>.tmp.
   uint64_t bytes_written = 0;
   if (status.ok()) status = MakeDirectories(tmp_dir);
-  if (status.ok()) status = WriteHostFiles(job, tmp_dir, &bytes_written);
+  if (status.ok()) {
+    status = WriteHostFiles(job, options_.host, tmp_dir, &bytes_written);
+  }
+  if (status.ok() && leader && options_.absent_hosts) {
+    // The leader's metadata with no shards of its own (train_state.h's
+    // layout): the absent host's state is in the stand-ins.
+    SaveJob empty;
+    empty.step = job.step;
+    empty.metadata = job.metadata;
+    if (empty.metadata.is_object() && empty.metadata.contains("shards")) {
+      empty.metadata["shards"] = nlohmann::json::array();
+    }
+    uint64_t bytes = 0;
+    for (int host : options_.absent_hosts()) {
+      if (status.ok()) status = WriteHostFiles(empty, host, tmp_dir, &bytes);
+    }
+  }
   barrier_status = CallBarrier("ckpt:write");
   if (status.ok()) status = barrier_status;
 
@@ -481,7 +497,7 @@ Status CheckpointManager::RunSave(const SaveJob& job) {
   return OkStatus();
 }
 
-Status CheckpointManager::WriteHostFiles(const SaveJob& job,
+Status CheckpointManager::WriteHostFiles(const SaveJob& job, int host,
                                          const std::string& tmp_dir,
                                          uint64_t* bytes_written) const {
   std::vector<std::pair<const void*, size_t>> pieces;
@@ -500,8 +516,7 @@ Status CheckpointManager::WriteHostFiles(const SaveJob& job,
         return crcs;
       });
   // The .bin first: a host's .json existing means its .bin is durable.
-  Status written =
-      WriteFileDurably(HostFile(tmp_dir, options_.host, ".bin"), pieces);
+  Status written = WriteFileDurably(HostFile(tmp_dir, host, ".bin"), pieces);
   const std::vector<uint32_t> crcs = checksums.get();
   RETURN_IF_ERROR(written);
 
@@ -520,14 +535,14 @@ Status CheckpointManager::WriteHostFiles(const SaveJob& job,
   nlohmann::json index = {{"format", "multislice-checkpoint"},
                           {"format_version", kCheckpointFormatVersion},
                           {"step", job.step},
-                          {"host", options_.host},
+                          {"host", host},
                           {"host_count", options_.host_count},
                           {"bin_size", offset},
                           {"blobs", std::move(blobs_json)},
                           {"metadata", job.metadata}};
   const std::string index_text = index.dump(1) + "\n";
   RETURN_IF_ERROR(WriteFileAtomically(
-      tmp_dir, "host" + std::to_string(options_.host) + ".json", index_text));
+      tmp_dir, "host" + std::to_string(host) + ".json", index_text));
   *bytes_written = offset + index_text.size();
   return OkStatus();
 }

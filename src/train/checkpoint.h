@@ -100,6 +100,12 @@ struct CheckpointOptions {
   // Blocks until every host has called it with the same phase; must be set
   // when host_count > 1. Unset means a no-op (one host).
   std::function<Status()> barrier;
+  // Hosts gone from the job that do not save (DiLoCo's
+  // diloco_continue_on_failure, whose survivors save stand-in shards for
+  // them): the leader writes an empty host file for each (its own
+  // metadata, with an empty "shards" list where it has one), so that the
+  // step commits with host_count hosts. Unset: none.
+  std::function<std::vector<int>()> absent_hosts;
 };
 
 // CRC32C (Castagnoli) of `size` bytes, continuing from `crc` (0 to start).
@@ -184,7 +190,8 @@ class CheckpointManager {
   static Status ValidateBlobs(const std::vector<Blob>& blobs);
   Status RunSave(const SaveJob& job);
   Status RunSaveCatching(const SaveJob& job);
-  Status WriteHostFiles(const SaveJob& job, const std::string& tmp_dir,
+  Status WriteHostFiles(const SaveJob& job, int host,
+                        const std::string& tmp_dir,
                         uint64_t* bytes_written) const;
   Status Commit(int64_t step) const;
   // Removes what a failed save of `step` left (leader only, after the write

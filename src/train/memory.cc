@@ -88,12 +88,13 @@ uint64_t ActivationBytesPerDevice(const TrainConfig& c, bool via_f32,
 
 // Shard-sized f32 buffers of DiLoCo's outer state per device: the outer
 // copy, the momentum, the pseudo-gradient, the pending sum of an overlapped
-// sync; 0 without DiLoCo.
+// sync, the pseudo-gradient's copy kept for a resend (continue on
+// failure); 0 without DiLoCo.
 uint64_t OuterBuffers(const TrainConfig& c) {
   if (!c.enable_diloco) return 0;
   const bool pending =
       c.enable_streaming_diloco && c.num_communication_overlapping_steps > 0;
-  return pending ? 4 : 3;
+  return 3 + (pending ? 1 : 0) + (c.diloco_continue_on_failure ? 1 : 0);
 }
 
 // DiLoCo's replicas of a config (its -1 counted as 1: the estimate is made

@@ -15,8 +15,9 @@
 //     its unsharded state (3 x the whole model's parameters, f32), kept for
 //     the whole run. With DiLoCo the outer state per device (the outer
 //     copy, the momentum and the pseudo-gradient's buffer, N/fsdp each, and
-//     the pending sum with overlapped syncs), and a restored checkpoint
-//     holds every replica's state and the outer state.
+//     the pending sum with overlapped syncs, and a copy of the
+//     pseudo-gradient with diloco_continue_on_failure), and a restored
+//     checkpoint holds every replica's state and the outer state.
 //   activations, per device: what GptModel keeps for the backward of its
 //     B x T tokens (B x t rows and C/t, heads/t, mlp/t of the attention
 //     and the MLP with tensor parallelism t; per layer 8 [BT, C] tensors,

@@ -31,26 +31,31 @@ Status StateSaver::Fault() {
 
 void StateSaver::SaveCheckpoint(int local, int64_t step, bool data_rank0,
                                 const StateShard& shard,
-                                const IteratorState& iterator) {
-  CopyOut(local, step, data_rank0 ? std::optional(shard) : std::nullopt,
-          iterator, true);
+                                const IteratorState& iterator,
+                                const std::vector<StateShard>& stand_ins) {
+  std::vector<StateShard> shards;
+  if (data_rank0) {
+    shards.push_back(shard);
+    shards.insert(shards.end(), stand_ins.begin(), stand_ins.end());
+  }
+  CopyOut(local, step, std::move(shards), iterator, true);
 }
 
 void StateSaver::SaveReplica(int local, int64_t step, const StateShard& shard,
                              const IteratorState& iterator) {
-  CopyOut(local, step, shard, iterator, false);
+  CopyOut(local, step, {shard}, iterator, false);
 }
 
 void StateSaver::CopyOut(int local, int64_t step,
-                         const std::optional<StateShard>& shard,
+                         std::vector<StateShard> shards,
                          const IteratorState& iterator, bool checkpoint) {
-  shards_[local] = shard;
+  shards_[local] = std::move(shards);
   barrier_.arrive_and_wait();
   if (local == 0) {
     std::vector<StateShard> mine;
     for (auto& s : shards_) {
-      if (s) mine.push_back(*s);
-      s.reset();
+      mine.insert(mine.end(), s.begin(), s.end());
+      s.clear();
     }
     IteratorState process = iterator;
     process.row_begin = options_.row_begin;

@@ -60,9 +60,12 @@ class StateSaver {
   explicit StateSaver(StateSaverOptions options);
 
   // Called by every device thread of the process at the same step; shard is
-  // this device's, and iterator device 0's state after that step.
+  // this device's, and iterator device 0's state after that step. A data
+  // rank 0 device may add `stand_ins`: shards it writes for DiLoCo replicas
+  // that are gone (diloco_continue_on_failure).
   void SaveCheckpoint(int local, int64_t step, bool data_rank0,
-                      const StateShard& shard, const IteratorState& iterator);
+                      const StateShard& shard, const IteratorState& iterator,
+                      const std::vector<StateShard>& stand_ins = {});
   void SaveReplica(int local, int64_t step, const StateShard& shard,
                    const IteratorState& iterator);
 
@@ -82,13 +85,13 @@ class StateSaver {
   Status Fault();
 
  private:
-  void CopyOut(int local, int64_t step, const std::optional<StateShard>& shard,
+  void CopyOut(int local, int64_t step, std::vector<StateShard> shards,
                const IteratorState& iterator, bool checkpoint);
   Status StopStatus(int64_t step);
 
   StateSaverOptions options_;
   std::barrier<> barrier_;
-  std::vector<std::optional<StateShard>> shards_;  // by local index
+  std::vector<std::vector<StateShard>> shards_;  // by local index
   std::mutex mu_;
   Status fault_;  // the first, without the last good checkpoint
 };

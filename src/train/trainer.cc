@@ -310,6 +310,8 @@ class Trainer {
   Status AcrossReplicas(const std::function<Status()>& op,
                         const std::function<Status()>& resend = {});
   bool SkipsSaveWhileLost(int local, int64_t step) const;
+  int LowestLiveReplica() const;
+  std::vector<StateShard> StandIns(const Device& d) const;
   void Report(Device& d, StepRecord& r);
   void FreeReplicas();
 
@@ -387,9 +389,11 @@ Status Trainer::TrainOnDevice(int local) {
       saver_->SaveReplica(local, step, d->shard(true), d->train_data.state());
     }
     if (checkpoint_step) {
-      saver_->SaveCheckpoint(local, step, d->plan.data_rank() == 0,
-                             d->shard(d->plan.diloco_rank() == 0),
-                             d->train_data.state());
+      const bool outer_writer = d->plan.diloco_rank() == LowestLiveReplica();
+      saver_->SaveCheckpoint(
+          local, step, d->plan.data_rank() == 0, d->shard(outer_writer),
+          d->train_data.state(),
+          outer_writer ? StandIns(*d) : std::vector<StateShard>{});
     }
     if (step_delay_ms > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
@@ -535,22 +539,42 @@ Status Trainer::AcrossReplicas(const std::function<Status()>& op,
   }
 }
 
-// Whether the save of `step` is skipped because slices were lost: their
-// replicas' inner state is gone, and a checkpoint without it could not
-// resume (docs/diloco.md). Every survivor decides alike: the slices are
-// dropped at the same collective everywhere.
+// With lost slices (one DiLoCo replica each): the lowest replica left,
+// which writes the outer state and stands in for the lost ones.
+int Trainer::LowestLiveReplica() const {
+  const std::vector<int> lost = rt_.lost_slices();
+  int replica = 0;
+  while (std::find(lost.begin(), lost.end(), replica) != lost.end()) ++replica;
+  return replica;
+}
+
+// The shards this device writes for the replicas that are gone: the outer
+// parameters with this replica's AdamW moments, the state a rejoin gives a
+// replica that lost its memory (docs/diloco.md), so that the checkpoint
+// resumes onto every slice again.
+std::vector<StateShard> Trainer::StandIns(const Device& d) const {
+  std::vector<StateShard> stand_ins;
+  for (int slice : rt_.lost_slices()) {
+    StateShard s = d.shard(/*with_outer=*/false);
+    s.replica = slice;
+    s.params = d.outer->outer().data();
+    stand_ins.push_back(s);
+  }
+  return stand_ins;
+}
+
+// Whether the save of `step` is skipped because slice 0 was lost: its
+// process commits every checkpoint. Every survivor decides alike: the
+// slices are dropped at the same collective everywhere.
 bool Trainer::SkipsSaveWhileLost(int local, int64_t step) const {
   const std::vector<int> lost = rt_.lost_slices();
-  if (lost.empty()) return false;
-  if (printer_ && local == 0) {
-    std::string slices;
-    for (int s : lost)
-      slices += (slices.empty() ? "" : ", ") + std::to_string(s);
+  if (std::find(lost.begin(), lost.end(), 0) == lost.end()) return false;
+  if (local == 0 && rt_.process_index() == rt_.live_processes().front()) {
     std::fprintf(stderr,
                  "multislice train: warning: no checkpoint at step %lld: "
-                 "slice %s was lost, and a checkpoint needs every "
-                 "replica's state\n",
-                 static_cast<long long>(step), slices.c_str());
+                 "slice 0 was lost, and its worker 0 commits the "
+                 "checkpoints\n",
+                 static_cast<long long>(step));
   }
   return true;
 }
@@ -799,6 +823,18 @@ Status Trainer::RestoreCheckpoint() {
   ckpt_options_.max_to_keep = config_.max_num_checkpoints_to_keep;
   ckpt_options_.async = config_.async_checkpointing;
   ckpt_options_.barrier = StoreBarrier(rt_);
+  if (config_.diloco_continue_on_failure) {
+    ckpt_options_.absent_hosts = [this] {
+      std::vector<int> absent;
+      const std::vector<int> live = rt_.live_processes();
+      for (int p = 0; p < rt_.process_count(); ++p) {
+        if (std::find(live.begin(), live.end(), p) == live.end()) {
+          absent.push_back(p);
+        }
+      }
+      return absent;
+    };
+  }
   checkpoints_ = std::make_unique<CheckpointManager>(ckpt_options_);
   if (!config_.enable_checkpointing) return OkStatus();
   std::vector<std::string> warnings;
