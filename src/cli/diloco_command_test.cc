@@ -92,8 +92,10 @@ struct Loss {
   int64_t rejoin_after = 0;  // > 0: replica 1 restarts after that step at
                              // the outer parameters with replica 0's moments
                              // (it lost its host's memory)
-  int64_t drop_after = 0;    // > 0: the last replica leaves after that step
-                             // and the syncs average the others
+  int64_t drop_after = 0;    // > 0: replica `dropped` (-1: the last) leaves
+                             // after that step and the syncs average the
+                             // others
+  int dropped = -1;
 };
 
 // DiLoCo on config (the run's keys) written out: every replica one device,
@@ -137,11 +139,17 @@ Reference RunReference(const TrainConfig& config, const std::string& dataset,
     return t % k.sync_period == ((f + 1) * gap) % k.sync_period;
   };
   for (int64_t step = 1; step <= config.steps; ++step) {
-    const int alive = loss_of.drop_after > 0 && step > loss_of.drop_after
-                          ? k.replicas - 1
-                          : k.replicas;
+    const int dropped = loss_of.dropped < 0 ? k.replicas - 1 : loss_of.dropped;
+    std::vector<int> live;
+    for (int r = 0; r < k.replicas; ++r) {
+      if (loss_of.drop_after == 0 || step <= loss_of.drop_after ||
+          r != dropped) {
+        live.push_back(r);
+      }
+    }
+    const auto alive = static_cast<double>(live.size());
     double loss = 0;
-    for (int r = 0; r < alive; ++r) {
+    for (int r : live) {
       const train::Batch b = data[r].At(step - 1);
       auto l = gpt.Forward(ref.inner[r].data(), b.inputs.data(),
                            b.targets.data(), rows, T);
@@ -171,7 +179,7 @@ Reference RunReference(const TrainConfig& config, const std::string& dataset,
         for (int64_t i = 0; i < n; ++i) {
           if (fragment[i] != f) continue;
           delta[i] = 0;
-          for (int r = 0; r < alive; ++r) {
+          for (int r : live) {
             delta[i] += (ref.outer[i] - ref.inner[r][i]) / alive;
           }
         }
@@ -183,7 +191,7 @@ Reference RunReference(const TrainConfig& config, const std::string& dataset,
           momentum[i] = k.outer_momentum * momentum[i] + delta[i];
           ref.outer[i] -=
               k.outer_lr * (delta[i] + k.outer_momentum * momentum[i]);
-          for (int r = 0; r < alive; ++r) {
+          for (int r : live) {
             ref.inner[r][i] = static_cast<float>(k.alpha * ref.inner[r][i] +
                                                  (1 - k.alpha) * ref.outer[i]);
           }
@@ -222,7 +230,8 @@ class DilocoCommandTest : public testing_util::TrainRunTest {
     return c.ok() ? *c : TrainConfig{};
   }
 
-  // diloco_continue_on_failure: the last slice dies after step 3; the
+  // diloco_continue_on_failure: slice `lost_slice` (default the last) dies
+  // after step 3; the
   // others go on (the launcher records it gone, they agree on it, connect a
   // DCN communicator of their own and resend the sync in flight), average
   // only their own pseudo-gradients from the sync of step 4 on, and finish
@@ -230,13 +239,14 @@ class DilocoCommandTest : public testing_util::TrainRunTest {
   // after step 3 (and not the loop without the drop), and a sentence naming
   // the lost slice. `mesh` has one replica per slice, `devices` in all.
   void ExpectSurvivorsTrainOn(const std::string& name, const DilocoKeys& keys,
-                              const std::vector<std::string>& mesh,
-                              int devices) {
+                              const std::vector<std::string>& mesh, int devices,
+                              int lost_slice = -1) {
     const std::vector<std::string> common =
         With(keys.Overrides(),
              {"steps=8", "diloco_continue_on_failure=true",
               "checkpoint_period=100", "eval_interval=4", "run_name=" + name});
-    const std::string last = std::to_string(keys.replicas - 1);
+    const int lost_replica = lost_slice < 0 ? keys.replicas - 1 : lost_slice;
+    const std::string last = std::to_string(lost_replica);
     testing_util::Child run = Spawn(
         Args(With(mesh, common)),
         {"MULTISLICE_TEST_KILL_AFTER_STEP=" + last + ":3"}, dir_.path(), name);
@@ -250,8 +260,9 @@ class DilocoCommandTest : public testing_util::TrainRunTest {
     const nlohmann::json summary = nlohmann::json::parse(out);
     const TrainConfig config =
         Config(With(common, {"per_device_batch_size=2"}));
-    const Reference ref = RunReference(config, DatasetDir(), keys,
-                                       Loss{.drop_after = 3}, devices);
+    const Reference ref =
+        RunReference(config, DatasetDir(), keys,
+                     Loss{.drop_after = 3, .dropped = lost_replica}, devices);
     ExpectClose(Losses(summary), ref.losses, 1e-5, name);
     const Reference whole =
         RunReference(config, DatasetDir(), keys, {}, devices);
@@ -264,7 +275,7 @@ class DilocoCommandTest : public testing_util::TrainRunTest {
     const std::vector<float> outer(ref.outer.begin(), ref.outer.end());
     EXPECT_LT(MaxRelativeDifference(state.outer, outer), 1e-4) << name;
     EXPECT_LT(MaxRelativeDifference(state.params, ref.inner[0]), 1e-4) << name;
-    const train::InnerState& lost = state.more_replicas.back();
+    const train::InnerState& lost = state.more_replicas[lost_replica - 1];
     EXPECT_EQ(lost.params, state.outer) << name;
     EXPECT_EQ(lost.adam_m, state.adam_m) << name;
     EXPECT_EQ(lost.adam_v, state.adam_v) << name;
@@ -462,6 +473,18 @@ TEST_F(DilocoCommandTest, LostSliceLeavesTheOthersTraining) {
                          {"per_device_batch_size=2", "dcn_diloco_parallelism=3",
                           "--num_slices", "3", "--accelerator_type", "cpu-1"},
                          3);
+}
+
+// The middle slice of three: the survivors' ranks close the gap (slices 0
+// and 2 become ranks 0 and 1 of the diloco group and of their new DCN
+// communicator).
+TEST_F(DilocoCommandTest, AMiddleSliceLostLeavesNoGap) {
+  DilocoKeys keys;
+  keys.replicas = 3;
+  ExpectSurvivorsTrainOn("lost-middle", keys,
+                         {"per_device_batch_size=2", "dcn_diloco_parallelism=3",
+                          "--num_slices", "3", "--accelerator_type", "cpu-1"},
+                         3, /*lost_slice=*/1);
 }
 
 // Two slices of fsdp 2: the survivor's two device threads both notice the
