@@ -235,7 +235,7 @@ class DilocoCommandTest : public testing_util::TrainRunTest {
   // others go on (the launcher records it gone, they agree on it, connect a
   // DCN communicator of their own and resend the sync in flight), average
   // only their own pseudo-gradients from the sync of step 4 on, and finish
-  // the run: exit 0, their losses the loop with the last replica dropped
+  // the run: exit 0, their losses the loop with that replica dropped
   // after step 3 (and not the loop without the drop), and a sentence naming
   // the lost slice. `mesh` has one replica per slice, `devices` in all.
   void ExpectSurvivorsTrainOn(const std::string& name, const DilocoKeys& keys,
@@ -464,15 +464,20 @@ TEST_F(DilocoCommandTest, LostReplicaRejoinsAtTheOuterParameters) {
   std::filesystem::remove_all(replica1);
 }
 
-// Three slices of one device: two survivors, which average over a DCN
+// Three slices of one device, one replica each.
+const std::vector<std::string> kThreeSlicesOfOne = {"per_device_batch_size=2",
+                                                    "dcn_diloco_parallelism=3",
+                                                    "--num_slices",
+                                                    "3",
+                                                    "--accelerator_type",
+                                                    "cpu-1"};
+
+// The last slice of three: two survivors, which average over a DCN
 // communicator of their own.
 TEST_F(DilocoCommandTest, LostSliceLeavesTheOthersTraining) {
   DilocoKeys keys;
   keys.replicas = 3;
-  ExpectSurvivorsTrainOn("lost3", keys,
-                         {"per_device_batch_size=2", "dcn_diloco_parallelism=3",
-                          "--num_slices", "3", "--accelerator_type", "cpu-1"},
-                         3);
+  ExpectSurvivorsTrainOn("lost3", keys, kThreeSlicesOfOne, 3);
 }
 
 // The middle slice of three: the survivors' ranks close the gap (slices 0
@@ -481,10 +486,8 @@ TEST_F(DilocoCommandTest, LostSliceLeavesTheOthersTraining) {
 TEST_F(DilocoCommandTest, AMiddleSliceLostLeavesNoGap) {
   DilocoKeys keys;
   keys.replicas = 3;
-  ExpectSurvivorsTrainOn("lost-middle", keys,
-                         {"per_device_batch_size=2", "dcn_diloco_parallelism=3",
-                          "--num_slices", "3", "--accelerator_type", "cpu-1"},
-                         3, /*lost_slice=*/1);
+  ExpectSurvivorsTrainOn("lost-middle", keys, kThreeSlicesOfOne, 3,
+                         /*lost_slice=*/1);
 }
 
 // Two slices of fsdp 2: the survivor's two device threads both notice the
