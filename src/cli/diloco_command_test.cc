@@ -369,6 +369,19 @@ TEST_F(DilocoCommandTest, ResumeMidPeriodIsBitwiseExact) {
   ASSERT_EQ(again.more_replicas.size(), 1u);
   EXPECT_EQ(again.more_replicas[0].params, end.more_replicas[0].params);
   EXPECT_EQ(again.more_replicas[0].adam_v, end.more_replicas[0].adam_v);
+  // Another schedule cannot resume a fragment in flight: one sentence.
+  EXPECT_EQ(at6.diloco_schedule, (std::vector<int>{4, 2, 1}));
+  std::filesystem::remove_all(RunDir("resume") + "/checkpoints/8");
+  testing_util::Child changed = Spawn(
+      Args(With(args, {"diloco_sync_period=6"})), {}, dir_.path(), "changed");
+  EXPECT_EQ(WaitExit(changed, 120), 2);
+  EXPECT_NE(ReadFile(changed.err)
+                .find("has a fragment sync in flight under diloco_sync_period "
+                      "4, num_diloco_fragments 2 and "
+                      "num_communication_overlapping_steps 1, and this run "
+                      "changes them"),
+            std::string::npos)
+      << ReadFile(changed.err);
 }
 
 // One replica, an outer step every step with lr 1 and momentum 0: the outer

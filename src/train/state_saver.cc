@@ -64,7 +64,7 @@ void StateSaver::CopyOut(int local, int64_t step,
         step, options_.model, options_.axis_names, options_.mesh_shape,
         options_.num_slices, mine, process, options_.tensor_parallelism,
         options_.pipeline_parallelism, options_.diloco_replicas,
-        options_.diloco_pending);
+        options_.diloco_pending, options_.diloco_schedule);
     if (checkpoint) {
       if (options_.before_checkpoint && Fault().ok()) {
         if (Status s = options_.before_checkpoint(); !s.ok()) SetFault(s);

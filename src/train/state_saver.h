@@ -47,6 +47,7 @@ struct StateSaverOptions {
   // pending fragment sum (overlapped syncs).
   int diloco_replicas = 0;
   bool diloco_pending = false;
+  std::vector<int> diloco_schedule;  // train_state.h's StateMetadata
   // The process's rows of the global batch: its first device's first row
   // and the rows of all its devices.
   int row_begin = 0, rows = 1;

@@ -69,7 +69,8 @@ nlohmann::json StateMetadata(int64_t step, const model::gpt::GptConfig& model,
                              const std::vector<StateShard>& shards,
                              const IteratorState& iterator,
                              int tensor_parallelism, int pipeline_parallelism,
-                             int diloco_replicas, bool diloco_pending) {
+                             int diloco_replicas, bool diloco_pending,
+                             const std::vector<int>& diloco_schedule) {
   nlohmann::json shard_list = nlohmann::json::array();
   for (const StateShard& s : shards) {
     nlohmann::json entry = {{"begin", s.begin}, {"count", s.count}};
@@ -101,6 +102,9 @@ nlohmann::json StateMetadata(int64_t step, const model::gpt::GptConfig& model,
   if (diloco_replicas > 0) {
     meta["diloco"] = {{"replicas", diloco_replicas},
                       {"pending", diloco_pending}};
+    if (diloco_pending && !diloco_schedule.empty()) {
+      meta["diloco"]["schedule"] = diloco_schedule;
+    }
   }
   return meta;
 }
@@ -157,6 +161,7 @@ constexpr const char* kOuterKinds[] = {"outer", "outer_momentum",
 struct Diloco {
   int replicas = 0;
   bool pending = false;
+  std::vector<int> schedule;  // empty when not recorded
   bool operator==(const Diloco&) const = default;
   std::string ToString() const {
     if (replicas == 0) return "none";
@@ -194,6 +199,21 @@ Result<Diloco> DilocoOf(const nlohmann::json& meta, const std::string& where) {
   }
   d.replicas = replicas->get<int>();
   d.pending = pending->get<bool>();
+  if (auto schedule = it->find("schedule"); schedule != it->end()) {
+    bool valid = schedule->is_array() && schedule->size() == 3;
+    for (size_t i = 0; valid && i < 3; ++i) {
+      valid = (*schedule)[i].is_number_integer() &&
+              (*schedule)[i].get<int64_t>() >= 0 &&
+              (*schedule)[i].get<int64_t>() <= 1000000;
+      if (valid) d.schedule.push_back((*schedule)[i].get<int>());
+    }
+    if (!valid) {
+      return InvalidArgument(
+          where + ": metadata field 'diloco.schedule' is " + schedule->dump() +
+          "; expected [sync period, fragments, overlap steps]: three "
+          "integers in [0, 1000000]");
+    }
+  }
   return d;
 }
 
@@ -420,6 +440,7 @@ Status Finish(Reassembly& r, FullState& state) {
                                  " of replica 0"));
   }
   state.diloco_replicas = r.diloco.replicas;
+  state.diloco_schedule = r.diloco.schedule;
   state.more_replicas.resize(static_cast<size_t>(replicas - 1));
   for (int i = 0; i < replicas; ++i) {
     std::vector<KindParts>& kinds = r.inner[static_cast<size_t>(i)];

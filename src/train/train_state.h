@@ -107,7 +107,9 @@ std::vector<Blob> ShardBlobs(const std::vector<StateShard>& shards);
 // The metadata of one host's checkpoint (format above). diloco_replicas K >
 // 0 writes "diloco" (K, diloco_pending: whether the outer_pending buffers
 // are saved) whether or not this host's shards carry outer state, and with
-// K > 1 each shard's "replica"; 0 is a run without DiLoCo.
+// K > 1 each shard's "replica"; 0 is a run without DiLoCo. With
+// diloco_pending, diloco_schedule (sync period, fragments, overlap steps)
+// is recorded as "schedule": the fragment in flight depends on it.
 nlohmann::json StateMetadata(int64_t step, const model::gpt::GptConfig& model,
                              const std::vector<std::string>& axis_names,
                              const std::vector<int>& mesh_shape, int num_slices,
@@ -116,7 +118,8 @@ nlohmann::json StateMetadata(int64_t step, const model::gpt::GptConfig& model,
                              int tensor_parallelism = 1,
                              int pipeline_parallelism = 1,
                              int diloco_replicas = 0,
-                             bool diloco_pending = false);
+                             bool diloco_pending = false,
+                             const std::vector<int>& diloco_schedule = {});
 
 // One DiLoCo replica's inner state, unsharded (whole-model buffers).
 struct InnerState {
@@ -137,6 +140,9 @@ struct FullState {
   // The outer state (whole-model buffers, like params); outer_pending
   // empty when not saved. All empty without DiLoCo.
   std::vector<float> outer, outer_momentum, outer_pending;
+  // With outer_pending: the schedule it was saved under (sync period,
+  // fragments, overlap steps), or empty when the checkpoint has none.
+  std::vector<int> diloco_schedule;
 };
 
 // Reads every host's files of complete step `step` and reassembles the full

@@ -469,6 +469,13 @@ TEST(TrainStateTest, CorruptDilocoMetadataIsOneSentence) {
       {0, [](nlohmann::json& m) { m["diloco"].erase("pending"); },
        h0 + "metadata field 'diloco.pending' is missing; expected true or "
             "false"},
+      {0,
+       [](nlohmann::json& m) {
+         m["diloco"]["schedule"] = {4, -1, 1};
+       },
+       h0 + "metadata field 'diloco.schedule' is [4,-1,1]; expected [sync "
+            "period, fragments, overlap steps]: three integers in [0, "
+            "1000000]"},
       {1, [](nlohmann::json& m) { m["diloco"]["replicas"] = 3; },
        h1 + "diloco {replicas 3, pending true} differs from host 0's "
             "{replicas 2, pending true}"},

@@ -300,6 +300,7 @@ class Trainer {
   Status RestoreReplica(Device& d);
   Status StartOuterOptimizer(Device& d);
   Status CheckDilocoState(const FullState& state) const;
+  std::vector<int> DilocoSchedule() const;
   void PrintDilocoLine() const;
   uint64_t ProcessDcnBytes() const;
   Result<bool> StopsAt(Device& d, int64_t step, float replica_fault);
@@ -880,8 +881,28 @@ Status Trainer::RestoreCheckpoint() {
 
 // A DiLoCo checkpoint resumes only as DiLoCo with as many replicas and the
 // same kind of outer state (a plain one starts DiLoCo from its weights).
+// (sync period, fragments, overlap steps): what decides which fragment is
+// in flight after a step.
+std::vector<int> Trainer::DilocoSchedule() const {
+  return {config_.diloco_sync_period,
+          config_.enable_streaming_diloco ? config_.num_diloco_fragments : 1,
+          config_.num_communication_overlapping_steps};
+}
+
 Status Trainer::CheckDilocoState(const FullState& state) const {
   if (state.diloco_replicas == 0) return OkStatus();
+  if (!state.outer_pending.empty() && !state.diloco_schedule.empty() &&
+      config_.enable_diloco && state.diloco_schedule != DilocoSchedule()) {
+    const std::vector<int>& s = state.diloco_schedule;
+    return InvalidArgument(
+        "the checkpoint in " + ckpt_options_.directory +
+        " has a fragment sync in flight under diloco_sync_period " +
+        std::to_string(s[0]) + ", num_diloco_fragments " +
+        std::to_string(s[1]) + " and num_communication_overlapping_steps " +
+        std::to_string(s[2]) +
+        ", and this run changes them; resume it with those values (the "
+        "fragment in flight depends on them), or use another run_name");
+  }
   const int replicas = rt_.parallelism().size(mesh::kDiloco);
   const bool pending = config_.enable_streaming_diloco &&
                        config_.num_communication_overlapping_steps > 0;
@@ -1037,6 +1058,7 @@ StateSaverOptions Trainer::SaverOptions() {
     o.diloco_replicas = rt_.parallelism().size(mesh::kDiloco);
     o.diloco_pending = config_.enable_streaming_diloco &&
                        config_.num_communication_overlapping_steps > 0;
+    if (o.diloco_pending) o.diloco_schedule = DilocoSchedule();
   }
   o.row_begin = rt_.local_devices()[0] * config_.per_device_batch_size;
   o.rows = o.local_count * config_.per_device_batch_size;
