@@ -336,11 +336,20 @@ void LetSlicesBeLost(const LocalJobOptions& options,
     launch.domains.push_back(static_cast<int>(w) / hosts);
   }
   auto address = dcn::ParseStoreAddress(StoreAddressOf(options, store_dir));
-  if (!address.ok()) return;
-  auto store = dcn::OpenStore(
-      *address, RunIdOf(options) + "/" + std::to_string(options.attempt) + "/",
-      std::chrono::seconds(10));
-  if (!store.ok()) return;
+  Result<std::shared_ptr<gloo::rendezvous::Store>> store =
+      address.ok() ? dcn::OpenStore(*address,
+                                    RunIdOf(options) + "/" +
+                                        std::to_string(options.attempt) + "/",
+                                    std::chrono::seconds(10))
+                   : address.status();
+  if (!store.ok()) {
+    // The workers then fail on the store themselves; a lost slice would
+    // not be recorded, so its survivors would time out.
+    std::fprintf(stderr,
+                 "multislice: warning: lost slices cannot be recorded: %s\n",
+                 store.status().message().c_str());
+    return;
+  }
   launch.on_gone = [store = *store](int worker) { RecordGone(*store, worker); };
 }
 

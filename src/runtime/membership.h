@@ -6,9 +6,11 @@
 // generation it is leaving ("members/<generation>/alive/<process>") and
 // waits until every current member is accounted for, one way or the other.
 // A process recorded gone is gone even when it also recorded itself alive
-// (it died after noticing the loss), so every survivor ends with the same
-// answer however late it arrives. A member neither alive nor gone within
-// the timeout (a hung process, or a launcher that records nothing) ends
+// (it died after noticing the loss). The launcher records a lost slice's
+// other workers before the one that failed, and no survivor can finish
+// waiting before the failed one is accounted for, so every survivor ends
+// with the same answer however late it arrives. A member neither alive nor gone
+// within the timeout (a hung process, or a launcher that records nothing) ends
 // the wait in kDeadlineExceeded, naming it: then the job stops as without
 // the key.
 #pragma once

@@ -185,11 +185,15 @@ Result<int> Runtime::DropLostSlices(int seen_generation) {
 }
 
 Status Runtime::WithFirstFailure(const Status& failure) {
-  int lost = -1;
-  for (const auto& comm : dcn_) {
-    if (comm->broken_peer() >= 0) {
-      lost = comm->broken_peer();
-      break;
+  int lost = -1;  // a process index
+  {
+    std::lock_guard<std::mutex> lock(membership_mu_);
+    for (const auto& comm : dcn_) {
+      if (comm->broken_peer() >= 0) {
+        // The communicator's ranks are the live processes in order.
+        lost = live_processes_[comm->broken_peer()];
+        break;
+      }
     }
   }
   if (lost < 0 || !store_) return failure;

@@ -143,12 +143,12 @@ Status OuterOptimizer::Start(runtime::DeviceCollectives& coll, int fragment,
   }
   synced_values_ += static_cast<int64_t>(n);
   synced_wire_bytes_ += static_cast<int64_t>(WireBytes(options_.wire, n));
-  // No values here means none at this shard position on any replica: the
-  // whole group skips this all-reduce.
   if (options_.resendable) {
     std::copy(wire_.begin(), wire_.begin() + n, sent_.begin());
     sent_count_ = n;
   }
+  // No values here means none at this shard position on any replica: the
+  // whole group skips this all-reduce.
   if (n == 0) {
     handle_ = {};
     return OkStatus();

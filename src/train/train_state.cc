@@ -165,8 +165,13 @@ struct Diloco {
   bool operator==(const Diloco&) const = default;
   std::string ToString() const {
     if (replicas == 0) return "none";
-    return "{replicas " + std::to_string(replicas) + ", pending " +
-           (pending ? "true" : "false") + "}";
+    std::string text = "{replicas " + std::to_string(replicas) + ", pending " +
+                       (pending ? "true" : "false");
+    if (!schedule.empty()) {
+      text += ", schedule " + std::to_string(schedule[0]) + "/" +
+              std::to_string(schedule[1]) + "/" + std::to_string(schedule[2]);
+    }
+    return text + "}";
   }
 };
 

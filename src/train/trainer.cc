@@ -100,20 +100,17 @@ int64_t EnvInt(const char* name) {
   return v ? std::strtoll(v, nullptr, 10) : 0;
 }
 
-// Dies after the step MULTISLICE_TEST_KILL_AFTER_STEP names for this process.
-void MaybeKillAfterStep(int process, int64_t step) {
+// The step after which MULTISLICE_TEST_KILL_AFTER_STEP kills `process`, or
+// 0.
+int64_t KillAfterStep(int process) {
   const char* v = std::getenv("MULTISLICE_TEST_KILL_AFTER_STEP");
-  if (v == nullptr) return;
-  const std::string spec = v;
+  const std::string spec = v ? v : "";
   const size_t colon = spec.find(':');
-  if (colon == std::string::npos) return;
-  if (std::atoi(spec.substr(0, colon).c_str()) != process ||
-      std::atoll(spec.substr(colon + 1).c_str()) != step) {
-    return;
+  if (colon == std::string::npos ||
+      std::atoi(spec.substr(0, colon).c_str()) != process) {
+    return 0;
   }
-  std::fflush(stdout);
-  std::fflush(stderr);
-  ::raise(SIGKILL);
+  return std::atoll(spec.substr(colon + 1).c_str());
 }
 
 // A barrier of every process of the job through the rendezvous store, for
@@ -368,6 +365,7 @@ Status Trainer::TrainOnDevice(int local) {
   compute::SetSingleThreaded();
   ASSIGN_OR_RETURN(std::unique_ptr<Device> d, StartDevice(local));
   const int64_t step_delay_ms = EnvInt("MULTISLICE_TEST_STEP_DELAY_MS");
+  const int64_t kill_after = KillAfterStep(rt_.process_index());
   for (int64_t step = d->start_step + 1; step <= config_.steps; ++step) {
     if (local == 0) current_step_ = step;
     ASSIGN_OR_RETURN(StepResult r, TrainStep(*d, step));
@@ -399,7 +397,11 @@ Status Trainer::TrainOnDevice(int local) {
     if (step_delay_ms > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
     }
-    if (local == 0) MaybeKillAfterStep(rt_.process_index(), step);
+    if (step == kill_after) {
+      std::fflush(stdout);
+      std::fflush(stderr);
+      ::raise(SIGKILL);
+    }
   }
   RETURN_IF_ERROR(saver_->Finish(local, config_.steps));
   if (local == 0) FreeReplicas();
@@ -827,11 +829,8 @@ Status Trainer::RestoreCheckpoint() {
   if (config_.diloco_continue_on_failure) {
     ckpt_options_.absent_hosts = [this] {
       std::vector<int> absent;
-      const std::vector<int> live = rt_.live_processes();
       for (int p = 0; p < rt_.process_count(); ++p) {
-        if (std::find(live.begin(), live.end(), p) == live.end()) {
-          absent.push_back(p);
-        }
+        if (rt_.dcn_rank_of(p) < 0) absent.push_back(p);
       }
       return absent;
     };
@@ -879,8 +878,6 @@ Status Trainer::RestoreCheckpoint() {
   return OkStatus();
 }
 
-// A DiLoCo checkpoint resumes only as DiLoCo with as many replicas and the
-// same kind of outer state (a plain one starts DiLoCo from its weights).
 // (sync period, fragments, overlap steps): what decides which fragment is
 // in flight after a step.
 std::vector<int> Trainer::DilocoSchedule() const {
@@ -889,6 +886,9 @@ std::vector<int> Trainer::DilocoSchedule() const {
           config_.num_communication_overlapping_steps};
 }
 
+// A DiLoCo checkpoint resumes only as DiLoCo with as many replicas and the
+// same kind of outer state (a plain one starts DiLoCo from its weights),
+// and with a fragment in flight only under the schedule it was saved in.
 Status Trainer::CheckDilocoState(const FullState& state) const {
   if (state.diloco_replicas == 0) return OkStatus();
   if (!state.outer_pending.empty() && !state.diloco_schedule.empty() &&
