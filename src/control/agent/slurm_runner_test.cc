@@ -266,6 +266,22 @@ class SlurmRunnerTest : public ::testing::Test {
     return false;
   }
 
+  // Until every worker's output file of `run` starts with `text`.
+  bool WaitForOutput(const std::string& run, const std::string& text) {
+    const auto deadline = std::chrono::steady_clock::now() + seconds(20);
+    while (std::chrono::steady_clock::now() < deadline) {
+      bool all = true;
+      for (int slice = 0; slice < 2 && all; ++slice) {
+        for (int worker = 0; worker < 2 && all; ++worker) {
+          all = OutputFile(run, slice, worker).starts_with(text);
+        }
+      }
+      if (all) return true;
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return false;
+  }
+
   TempDir dir_{"slurm-runner-test-"};
   std::string old_path_;
   std::string batch_;
@@ -392,6 +408,9 @@ TEST_F(SlurmRunnerTest, StopsAnEarlierRunAndAnswersCtrlC) {
   // The second run starts once the first one's step is gone.
   EXPECT_TRUE(WaitForTasks("multislice-run/second", 4)) << Calls();
   EXPECT_FALSE(AnyAlive(Tasks("multislice-run/first")));
+  // Ctrl-C only once every command has set its trap: a TERM that came
+  // earlier would end the shell before it could say anything.
+  EXPECT_TRUE(WaitForOutput("second", "started\n")) << Calls();
   cancel_second = true;
   second_thread.join();
   ASSERT_TRUE(second_outcome->code.ok())
