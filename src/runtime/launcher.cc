@@ -7,12 +7,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <set>
 
 #include "common/temp_dir.h"
@@ -152,7 +155,7 @@ class LostDomains {
   // being stopped). False when no other domain is left: the caller stops
   // everyone, with the domain's first failure as the cause.
   bool Lose(size_t i, int code, std::vector<Child>& children,
-            LaunchResult& result) {
+            const std::vector<int>& incarnations, LaunchResult& result) {
     const int domain = options_.domains[i];
     if (lost_.count(domain)) return true;
     lost_.insert(domain);
@@ -171,16 +174,43 @@ class LostDomains {
     for (size_t j = 0; j < children.size(); ++j) {
       if (options_.domains[j] != domain) continue;
       if (j != i && children[j].running) ::kill(-children[j].pid, SIGKILL);
-      if (j != i && options_.on_gone) options_.on_gone(static_cast<int>(j));
+      if (j != i && options_.on_gone) {
+        options_.on_gone(static_cast<int>(j), incarnations[j]);
+      }
       result.lost_workers.push_back(static_cast<int>(j));
     }
-    if (options_.on_gone) options_.on_gone(static_cast<int>(i));
+    if (options_.on_gone)
+      options_.on_gone(static_cast<int>(i), incarnations[i]);
+    if (restarts_[domain] < options_.domain_restarts) {
+      ++restarts_[domain];
+      to_restart_.insert(domain);
+    }
     return true;
   }
 
+  // A lost domain due for a restart whose workers are all reaped: it is no
+  // longer lost (its workers are started again by the caller).
+  std::optional<int> TakeRestart(const std::vector<Child>& children) {
+    for (int domain : to_restart_) {
+      bool reaped = true;
+      for (size_t j = 0; j < children.size(); ++j) {
+        if (options_.domains[j] == domain && children[j].running) {
+          reaped = false;
+        }
+      }
+      if (!reaped) continue;
+      to_restart_.erase(domain);
+      lost_.erase(domain);
+      return domain;
+    }
+    return std::nullopt;
+  }
+  bool restart_pending() const { return !to_restart_.empty(); }
+
  private:
   const LaunchOptions& options_;
-  std::set<int> lost_;
+  std::set<int> lost_, to_restart_;
+  std::map<int, int> restarts_;  // by domain
   int first_cause_ = -1;
   int first_code_ = 0;
 };
@@ -210,19 +240,27 @@ LaunchResult RunWorkers(const LaunchOptions& options) {
 
   const size_t n = options.workers.size();
   std::vector<Child> children(n);
+  std::vector<int> incarnations(n, 0);
   std::vector<Relay> relays;
   LaunchResult result;
-  for (size_t i = 0; i < n; ++i) {
+  // Starts worker i in its current incarnation; false (with the failure
+  // recorded) when it cannot.
+  auto start = [&](size_t i) {
+    WorkerProcess worker = options.workers[i];
+    if (incarnations[i] > 0) {
+      worker.env.push_back("MULTISLICE_INCARNATION=" +
+                           std::to_string(incarnations[i]));
+    }
     int out_pipe[2], err_pipe[2];
     if (::pipe2(out_pipe, O_CLOEXEC) != 0 ||
         ::pipe2(err_pipe, O_CLOEXEC) != 0) {
       std::perror("multislice: pipe");
       result.exit_code = 1;
       result.failed_worker = static_cast<int>(i);
-      break;
+      return false;
     }
-    pid_t pid = Spawn(options.workers[i], out_pipe[1], err_pipe[1], out_pipe[0],
-                      err_pipe[0]);
+    pid_t pid =
+        Spawn(worker, out_pipe[1], err_pipe[1], out_pipe[0], err_pipe[0]);
     ::close(out_pipe[1]);
     ::close(err_pipe[1]);
     if (pid < 0) {
@@ -231,17 +269,17 @@ LaunchResult RunWorkers(const LaunchOptions& options) {
       std::perror("multislice: fork");
       result.exit_code = 1;
       result.failed_worker = static_cast<int>(i);
-      break;
+      return false;
     }
     ::setpgid(pid, pid);  // also done by the child; whichever runs first
     children[i] = {pid, true, 0};
     relays.push_back({out_pipe[0], options.out_fd,
-                      options.workers[i].prefix_stdout
-                          ? options.workers[i].prefix
-                          : std::string(),
+                      worker.prefix_stdout ? worker.prefix : std::string(),
                       ""});
-    relays.push_back(
-        {err_pipe[0], options.err_fd, options.workers[i].prefix, ""});
+    relays.push_back({err_pipe[0], options.err_fd, worker.prefix, ""});
+    return true;
+  };
+  for (size_t i = 0; i < n && start(i); ++i) {
   }
 
   LostDomains domains(options);
@@ -256,7 +294,18 @@ LaunchResult RunWorkers(const LaunchOptions& options) {
       if (c.running) return true;
     return false;
   };
-  while (any_running()) {
+  while (any_running() || (!stopping && domains.restart_pending())) {
+    while (!stopping) {
+      const std::optional<int> domain = domains.TakeRestart(children);
+      if (!domain.has_value()) break;
+      result.restarted_domains.push_back(*domain);
+      for (size_t j = 0; j < n; ++j) {
+        if (options.domains[j] != *domain) continue;
+        ++incarnations[j];
+        if (!start(j)) stopping = true;
+      }
+      if (stopping) SignalAll(children, SIGTERM);
+    }
     std::vector<pollfd> fds;
     std::vector<Relay*> open;
     for (Relay& r : relays) {
@@ -278,7 +327,9 @@ LaunchResult RunWorkers(const LaunchOptions& options) {
       c.running = false;
       c.exit_code = ExitCodeOf(status);
       if (c.exit_code != 0 && !stopping && !options.domains.empty()) {
-        if (domains.Lose(i, c.exit_code, children, result)) continue;
+        if (domains.Lose(i, c.exit_code, children, incarnations, result)) {
+          continue;
+        }
       }
       if (c.exit_code != 0 && result.exit_code == 0) {
         result.exit_code = c.exit_code;
@@ -350,7 +401,10 @@ void LetSlicesBeLost(const LocalJobOptions& options,
                  store.status().message().c_str());
     return;
   }
-  launch.on_gone = [store = *store](int worker) { RecordGone(*store, worker); };
+  launch.on_gone = [store = *store](int worker, int incarnation) {
+    RecordGone(*store, worker, incarnation);
+  };
+  launch.domain_restarts = options.slice_restarts;
 }
 
 }  // namespace
@@ -422,10 +476,20 @@ int RunLocalJob(const LocalJobOptions& options,
     std::set<int> slices;
     for (int w : result.lost_workers) slices.insert(w / hosts);
     for (int slice : slices) {
-      std::fprintf(stderr,
-                   "multislice: slice %d was lost; the other slices went on "
-                   "without it\n",
-                   slice);
+      const auto restarts = std::count(result.restarted_domains.begin(),
+                                       result.restarted_domains.end(), slice);
+      if (restarts == 0) {
+        std::fprintf(stderr,
+                     "multislice: slice %d was lost; the other slices went on "
+                     "without it\n",
+                     slice);
+      } else {
+        std::fprintf(stderr,
+                     "multislice: slice %d was lost and started again (%ld "
+                     "time%s); the other slices went on meanwhile\n",
+                     slice, static_cast<long>(restarts),
+                     restarts == 1 ? "" : "s");
+      }
     }
   }
   if (result.exit_code != 0 && result.failed_worker >= 0) {

@@ -49,7 +49,12 @@ struct LaunchOptions {
   // last, so that whoever sees it gone sees its domain gone) and the other
   // domains go on; once no domain is left, the workers stop as above.
   std::vector<int> domains;
-  std::function<void(int worker)> on_gone;
+  std::function<void(int worker, int incarnation)> on_gone;
+  // With domains: how many times a lost domain is started again, once all
+  // of its workers are reaped (a repair, on one machine). A restarted
+  // worker has MULTISLICE_INCARNATION set to its start number (1 at the
+  // first restart), so that it rejoins the running job (membership.h).
+  int domain_restarts = 0;
   int out_fd = 1;  // where children's stdout lines go
   int err_fd = 2;  // where children's stderr lines go
 };
@@ -60,6 +65,8 @@ struct LaunchResult {
   // With LaunchOptions::domains: the workers of the domains lost while the
   // others went on (exit_code stays 0 when those others succeeded).
   std::vector<int> lost_workers;
+  // The domain of each restart, in order.
+  std::vector<int> restarted_domains;
 };
 
 LaunchResult RunWorkers(const LaunchOptions& options);
@@ -78,6 +85,8 @@ struct LocalJobOptions {
   // slice, which is recorded gone in the store (membership.h), and the
   // other slices go on (LaunchOptions::domains).
   bool continue_without_lost_slices = false;
+  // With it: how many times a lost slice is started again, to rejoin.
+  int slice_restarts = 0;
   // The command line to re-run in every worker (argv of this process).
   std::vector<std::string> argv;
 };

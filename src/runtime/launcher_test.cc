@@ -81,6 +81,17 @@ TEST(LauncherTest, FirstFailureStopsTheOthersAndIsReturned) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
 }
 
+// RunWorkers with its output captured, which must end within 10 s.
+LaunchResult RunWithin10s(LaunchOptions& options, CapturedOutput& out,
+                          CapturedOutput& err) {
+  options.out_fd = out.fd();
+  options.err_fd = err.fd();
+  const auto start = Clock::now();
+  LaunchResult result = RunWorkers(options);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+  return result;
+}
+
 // With failure domains, a failed worker stops only its domain: the other
 // worker of it is killed, both are reported gone (the failed one last), and
 // the other domain finishes on its own (exit 0). Losing the last domain
@@ -92,12 +103,8 @@ TEST(LauncherTest, AFailedDomainStopsAloneAndTheOthersFinish) {
                      Shell("sleep 30", "[1a] "), Shell("exit 3", "[1b] ")};
   options.domains = {0, 1, 1};
   std::vector<int> gone;
-  options.on_gone = [&](int worker) { gone.push_back(worker); };
-  options.out_fd = out.fd();
-  options.err_fd = err.fd();
-  const auto start = Clock::now();
-  LaunchResult result = RunWorkers(options);
-  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+  options.on_gone = [&](int worker, int) { gone.push_back(worker); };
+  LaunchResult result = RunWithin10s(options, out, err);
   EXPECT_EQ(result.exit_code, 0);
   EXPECT_EQ(gone, (std::vector<int>{1, 2}));
   EXPECT_EQ(result.lost_workers, (std::vector<int>{1, 2}));
@@ -111,6 +118,35 @@ TEST(LauncherTest, AFailedDomainStopsAloneAndTheOthersFinish) {
   EXPECT_EQ(result.exit_code, 3);
   EXPECT_EQ(result.failed_worker, 1);
   EXPECT_EQ(gone, (std::vector<int>{1}));
+}
+
+// A lost domain is started again once both its workers are reaped, each
+// told its start number; its second loss is recorded with that number, and
+// with the restarts spent it stays lost while the other domain finishes.
+TEST(LauncherTest, ALostDomainIsStartedAgainWithItsIncarnation) {
+  CapturedOutput out, err;
+  LaunchOptions options;
+  const std::string said = "echo \"start ${MULTISLICE_INCARNATION:-0}\"; ";
+  options.workers = {Shell("sleep 2; echo done", "[0] "),
+                     Shell(said + "sleep 30", "[1a] "),
+                     Shell(said + "sleep 0.1; exit 3", "[1b] ")};
+  options.domains = {0, 1, 1};
+  options.domain_restarts = 1;
+  std::vector<std::pair<int, int>> gone;
+  options.on_gone = [&](int worker, int incarnation) {
+    gone.emplace_back(worker, incarnation);
+  };
+  LaunchResult result = RunWithin10s(options, out, err);
+  EXPECT_EQ(result.exit_code, 0);
+  EXPECT_EQ(gone,
+            (std::vector<std::pair<int, int>>{{1, 0}, {2, 0}, {1, 1}, {2, 1}}));
+  EXPECT_EQ(result.restarted_domains, (std::vector<int>{1}));
+  const std::string lines = out.Read();
+  for (const char* line : {"[1a] start 0\n", "[1b] start 0\n", "[1a] start 1\n",
+                           "[1b] start 1\n", "[0] done\n"}) {
+    EXPECT_NE(lines.find(line), std::string::npos) << line << lines;
+  }
+  EXPECT_EQ(lines.find("start 2"), std::string::npos) << lines;
 }
 
 TEST(LauncherTest, WorkersThatIgnoreSigtermAreKilledAfterTheGrace) {

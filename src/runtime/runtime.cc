@@ -64,7 +64,10 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(
     rt->live_processes_.push_back(p);
     rt->dcn_rank_of_.push_back(p);
   }
-  if (rt->process_count() > 1) {
+  rt->incarnations_.assign(rt->process_count(), 0);
+  if (rt->process_count() > 1 && env.incarnation > 0) {
+    RETURN_IF_ERROR(rt->JoinRunning());
+  } else if (rt->process_count() > 1) {
     RETURN_IF_ERROR(rt->ConnectDcn(rt->live_processes_, 0));
   }
   for (int id : rt->local_devices_) {
@@ -147,9 +150,15 @@ Result<int> Runtime::DropLostSlices(int seen_generation) {
   std::lock_guard<std::mutex> drop_lock(drop_mu_);
   if (generation_.load() > seen_generation) return 0;
   const int generation = generation_.load();
-  ASSIGN_OR_RETURN(std::vector<int> gone,
-                   AgreeOnGone(*store_, generation, process_index(),
-                               live_processes(), options_.timeout));
+  std::vector<int> incarnations;
+  {
+    std::lock_guard<std::mutex> lock(membership_mu_);
+    incarnations = incarnations_;
+  }
+  ASSIGN_OR_RETURN(
+      std::vector<int> gone,
+      AgreeOnGone(*store_, generation, process_index(), live_processes(),
+                  incarnations, options_.timeout));
   const int hosts = accelerator_.hosts_per_slice();
   std::vector<int> lost = lost_slices(), live;
   const size_t lost_before = lost.size();
@@ -169,19 +178,126 @@ Result<int> Runtime::DropLostSlices(int seen_generation) {
   }
   {
     std::lock_guard<std::mutex> lock(membership_mu_);
-    if (live.size() > 1) {
-      RETURN_IF_ERROR(ConnectDcn(live, generation + 1));
-    } else {
-      for (auto& old : dcn_) retired_dcn_.push_back(std::move(old));
-      dcn_.clear();
-    }
-    lost_slices_ = lost;
-    live_processes_ = live;
-    std::fill(dcn_rank_of_.begin(), dcn_rank_of_.end(), -1);
-    for (size_t r = 0; r < live.size(); ++r) dcn_rank_of_[live[r]] = r;
+    RETURN_IF_ERROR(EnterGeneration(generation + 1, live, lost));
   }
-  generation_ = generation + 1;
   return static_cast<int>(lost.size() - lost_before);
+}
+
+Status Runtime::EnterGeneration(int generation, const std::vector<int>& live,
+                                const std::vector<int>& lost) {
+  if (live.size() > 1) {
+    RETURN_IF_ERROR(ConnectDcn(live, generation));
+  } else {
+    for (auto& old : dcn_) retired_dcn_.push_back(std::move(old));
+    dcn_.clear();
+  }
+  lost_slices_ = lost;
+  std::sort(lost_slices_.begin(), lost_slices_.end());
+  live_processes_ = live;
+  std::fill(dcn_rank_of_.begin(), dcn_rank_of_.end(), -1);
+  for (size_t r = 0; r < live.size(); ++r) dcn_rank_of_[live[r]] = r;
+  generation_ = generation;
+  return OkStatus();
+}
+
+// The survivors look for requests only at their sync steps, which may be
+// minutes apart in a long period: the wait is long, but bounded.
+Status Runtime::JoinRunning() {
+  const int me = process_index();
+  const int incarnation = env().incarnation;
+  RETURN_IF_ERROR(RequestRejoin(*store_, me, incarnation));
+  const auto wait = std::max<std::chrono::milliseconds>(
+      options_.timeout * 10, std::chrono::minutes(10));
+  ASSIGN_OR_RETURN(
+      std::optional<Admission> admission,
+      WaitForAdmission(*store_, me, incarnation, process_count(), wait));
+  if (!admission.has_value()) {
+    too_late_to_join_ = true;
+    return OkStatus();
+  }
+  if (std::find(admission->members.begin(), admission->members.end(), me) ==
+          admission->members.end() ||
+      admission->incarnations[me] != incarnation) {
+    return InvalidArgument("the admission record does not name " +
+                           env().name() + " in start " +
+                           std::to_string(incarnation));
+  }
+  const int hosts = accelerator_.hosts_per_slice();
+  std::vector<int> lost;
+  for (int slice = 0; slice < env().num_slices; ++slice) {
+    if (std::find(admission->members.begin(), admission->members.end(),
+                  slice * hosts) == admission->members.end()) {
+      lost.push_back(slice);
+    }
+  }
+  std::lock_guard<std::mutex> lock(membership_mu_);
+  incarnations_ = admission->incarnations;
+  joined_step_ = admission->step;
+  return EnterGeneration(admission->generation, admission->members, lost);
+}
+
+std::vector<int> Runtime::RejoinRequests() {
+  const int hosts = accelerator_.hosts_per_slice();
+  std::vector<int> slices;
+  std::vector<int> incarnations;
+  {
+    std::lock_guard<std::mutex> lock(membership_mu_);
+    incarnations = incarnations_;
+  }
+  for (int slice : lost_slices()) {
+    bool all = true;
+    for (int w = 0; w < hosts && all; ++w) {
+      const int p = slice * hosts + w;
+      all = RejoinRequested(*store_, p, incarnations[p] + 1);
+    }
+    if (all) slices.push_back(slice);
+  }
+  return slices;
+}
+
+Status Runtime::AdmitSlices(int seen_generation, const std::vector<int>& slices,
+                            int64_t step) {
+  std::lock_guard<std::mutex> drop_lock(drop_mu_);
+  if (generation_.load() > seen_generation || slices.empty()) {
+    return OkStatus();
+  }
+  const int hosts = accelerator_.hosts_per_slice();
+  Admission a;
+  a.generation = generation_.load() + 1;
+  a.step = step;
+  std::vector<int> lost;
+  for (int slice : lost_slices()) {
+    if (std::find(slices.begin(), slices.end(), slice) == slices.end()) {
+      lost.push_back(slice);
+    }
+  }
+  for (int p = 0; p < process_count(); ++p) {
+    if (std::find(lost.begin(), lost.end(), p / hosts) == lost.end()) {
+      a.members.push_back(p);
+    }
+  }
+  std::lock_guard<std::mutex> lock(membership_mu_);
+  a.incarnations = incarnations_;
+  std::vector<int> joining;
+  for (int slice : slices) {
+    for (int w = 0; w < hosts; ++w) {
+      joining.push_back(slice * hosts + w);
+      ++a.incarnations[slice * hosts + w];
+    }
+  }
+  if (process_index() == live_processes_.front()) {
+    for (int p : joining) {
+      RETURN_IF_ERROR(RecordAdmission(*store_, p, a.incarnations[p], a));
+    }
+  }
+  incarnations_ = a.incarnations;
+  return EnterGeneration(a.generation, a.members, lost);
+}
+
+void Runtime::CloseAdmissions() {
+  if (store_ && process_index() == live_processes().front()) {
+    runtime::CloseAdmissions(*store_);
+  }
 }
 
 Status Runtime::WithFirstFailure(const Status& failure) {

@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,24 @@ class Runtime {
   bool AllLocalDevicesOk(bool ok);
   int membership_generation() const;
   std::vector<int> lost_slices() const;
+
+  // Rejoining (membership.h). A worker started with an incarnation above 0
+  // asks to rejoin in Create and waits there until the survivors admit it;
+  // joined_step() is then the last step they trained before it (nullopt
+  // for a worker that started with the job). too_late_to_join(): the
+  // survivors closed the admissions first (their training ended), and this
+  // worker has nothing to do.
+  std::optional<int64_t> joined_step() const { return joined_step_; }
+  bool too_late_to_join() const { return too_late_to_join_; }
+  // The lost slices every worker of which asks to rejoin now.
+  std::vector<int> RejoinRequests();
+  // Like DropLostSlices, the other way: once per generation (`seen`), the
+  // survivors take `slices` back after `step`: the lowest of them records
+  // the admissions, and everyone connects the next generation with them.
+  Status AdmitSlices(int seen_generation, const std::vector<int>& slices,
+                     int64_t step);
+  // The survivors will admit no one any more: the lowest one says so.
+  void CloseAdmissions();
   // The processes still in the job, in increasing order.
   std::vector<int> live_processes() const;
   // The rendezvous store under this run's and attempt's prefix.
@@ -114,6 +133,13 @@ class Runtime {
   // Connects one communicator per device column among `processes` (this
   // one among them) under the store keys of `generation`.
   Status ConnectDcn(const std::vector<int>& processes, int generation);
+  // A restarted worker's side of AdmitSlices.
+  Status JoinRunning();
+  // Moves to `generation`: its communicators among `live` (which are
+  // connected here), the lost slices and the rank table. Under
+  // membership_mu_.
+  Status EnterGeneration(int generation, const std::vector<int>& live,
+                         const std::vector<int>& lost);
 
   RuntimeOptions options_;
   mesh::AcceleratorType accelerator_;
@@ -133,7 +159,10 @@ class Runtime {
   std::vector<int> live_processes_;  // by rank in dcn_
   std::vector<int> dcn_rank_of_;     // by process; -1 when gone
   std::vector<int> lost_slices_;
+  std::vector<int> incarnations_;  // by process: its start in this attempt
   std::atomic<int> generation_{0};
+  std::optional<int64_t> joined_step_;
+  bool too_late_to_join_ = false;
   struct Vote {
     std::mutex mu;
     std::condition_variable cv;

@@ -47,7 +47,7 @@ std::vector<std::string> WorkerEnv::ToEnvironment() const {
   for (size_t i = 0; i < worker_hostnames.size(); ++i) {
     hosts += (i ? "," : "") + worker_hostnames[i];
   }
-  return {
+  std::vector<std::string> vars = {
       "MEGASCALE_COORDINATOR_ADDRESS=" + coordinator_address,
       "MEGASCALE_NUM_SLICES=" + std::to_string(num_slices),
       "MEGASCALE_SLICE_ID=" + std::to_string(slice_id),
@@ -58,6 +58,10 @@ std::vector<std::string> WorkerEnv::ToEnvironment() const {
       "MULTISLICE_RUN_ID=" + run_id,
       "MULTISLICE_ATTEMPT=" + std::to_string(attempt),
   };
+  if (incarnation > 0) {
+    vars.push_back("MULTISLICE_INCARNATION=" + std::to_string(incarnation));
+  }
+  return vars;
 }
 
 EnvLookup ProcessEnvironment() {
@@ -83,10 +87,12 @@ Result<std::optional<WorkerEnv>> ReadWorkerEnv(const EnvLookup& lookup) {
     int* target;
     bool required;
   };
-  for (IntVar var : {IntVar{"MEGASCALE_SLICE_ID", &env.slice_id, true},
-                     IntVar{"TPU_WORKER_ID", &env.worker_id, false},
-                     IntVar{"MEGASCALE_PORT", &env.port, false},
-                     IntVar{"MULTISLICE_ATTEMPT", &env.attempt, false}}) {
+  for (IntVar var :
+       {IntVar{"MEGASCALE_SLICE_ID", &env.slice_id, true},
+        IntVar{"TPU_WORKER_ID", &env.worker_id, false},
+        IntVar{"MEGASCALE_PORT", &env.port, false},
+        IntVar{"MULTISLICE_ATTEMPT", &env.attempt, false},
+        IntVar{"MULTISLICE_INCARNATION", &env.incarnation, false}}) {
     auto value = lookup(var.name);
     if (!value) {
       if (var.required) {

@@ -15,6 +15,9 @@
 //   MULTISLICE_ACCELERATOR_TYPE    e.g. cpu-4 (devices per host follow)
 //   MULTISLICE_RUN_ID              run identity (store key prefix)
 //   MULTISLICE_ATTEMPT             restart attempt (store key prefix)
+//   MULTISLICE_INCARNATION         times this worker was restarted within
+//                                  the attempt (default 0); above 0 it
+//                                  rejoins a running job (membership.h)
 #pragma once
 
 #include <functional>
@@ -36,6 +39,7 @@ struct WorkerEnv {
   std::string accelerator_type;
   std::string run_id;
   int attempt = 0;
+  int incarnation = 0;
 
   // This worker's DCN address: worker_hostnames[worker_id].
   std::string hostname() const;
