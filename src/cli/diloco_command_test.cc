@@ -89,12 +89,13 @@ std::vector<int> FragmentOf(const model::gpt::GptConfig& model, int fragments) {
 
 // What happens to the last replica in the reference loop.
 struct Loss {
-  int64_t rejoin_after = 0;  // > 0: replica 1 restarts after that step at
-                             // the outer parameters with replica 0's moments
+  int64_t rejoin_after = 0;  // > 0: replica 1 (the dropped one, with
+                             // drop_after) restarts after that step at the
+                             // outer parameters with replica 0's moments
                              // (it lost its host's memory)
   int64_t drop_after = 0;    // > 0: replica `dropped` (-1: the last) leaves
                              // after that step and the syncs average the
-                             // others
+                             // others (until it rejoins)
   int dropped = -1;
 };
 
@@ -142,8 +143,10 @@ Reference RunReference(const TrainConfig& config, const std::string& dataset,
     const int dropped = loss_of.dropped < 0 ? k.replicas - 1 : loss_of.dropped;
     std::vector<int> live;
     for (int r = 0; r < k.replicas; ++r) {
-      if (loss_of.drop_after == 0 || step <= loss_of.drop_after ||
-          r != dropped) {
+      const bool away = loss_of.drop_after > 0 && step > loss_of.drop_after &&
+                        (loss_of.rejoin_after <= loss_of.drop_after ||
+                         step <= loss_of.rejoin_after);
+      if (r != dropped || !away) {
         live.push_back(r);
       }
     }
@@ -199,11 +202,12 @@ Reference RunReference(const TrainConfig& config, const std::string& dataset,
       }
     }
     if (step == loss_of.rejoin_after) {
+      const int back = loss_of.drop_after > 0 ? dropped : 1;
       for (int64_t i = 0; i < n; ++i) {
-        ref.inner[1][i] = static_cast<float>(ref.outer[i]);
+        ref.inner[back][i] = static_cast<float>(ref.outer[i]);
       }
-      m[1] = m[0];
-      v[1] = v[0];
+      m[back] = m[0];
+      v[back] = v[0];
     }
   }
   return ref;
@@ -244,7 +248,8 @@ class DilocoCommandTest : public testing_util::TrainRunTest {
     const std::vector<std::string> common =
         With(keys.Overrides(),
              {"steps=8", "diloco_continue_on_failure=true",
-              "checkpoint_period=100", "eval_interval=4", "run_name=" + name});
+              "diloco_max_slice_restarts=0", "checkpoint_period=100",
+              "eval_interval=4", "run_name=" + name});
     const int lost_replica = lost_slice < 0 ? keys.replicas - 1 : lost_slice;
     const std::string last = std::to_string(lost_replica);
     testing_util::Child run = Spawn(
@@ -508,6 +513,98 @@ TEST_F(DilocoCommandTest, AMiddleSliceLostLeavesNoGap) {
 TEST_F(DilocoCommandTest, LastSurvivorTrainsOnAlone) {
   DilocoKeys keys;
   ExpectSurvivorsTrainOn("lost2", keys, Mesh(keys), 4);
+}
+
+// The lost slice is started again by the launcher and rejoins at the next
+// sync after its workers asked (the survivors see the request in that
+// step's fault check): from then on the syncs average all three replicas
+// again. The losses are the loop with replica 2 dropped after step 3 and
+// back after the step the run names, at the outer parameters with replica
+// 0's moments; tokens/s is the whole batch again from the step after it,
+// and the last checkpoint holds replica 2's own state.
+TEST_F(DilocoCommandTest, ARestartedSliceRejoinsAtTheNextSync) {
+  DilocoKeys keys;
+  keys.replicas = 3;
+  const std::string name = "rejoin";
+  const std::vector<std::string> common = With(
+      keys.Overrides(), {"steps=16", "diloco_continue_on_failure=true",
+                         "diloco_max_slice_restarts=1", "checkpoint_period=8",
+                         "eval_interval=8", "run_name=" + name});
+  testing_util::Child run = Spawn(Args(With(kThreeSlicesOfOne, common)),
+                                  {"MULTISLICE_TEST_KILL_AFTER_STEP=2:3",
+                                   "MULTISLICE_TEST_STEP_DELAY_MS=300"},
+                                  dir_.path(), name);
+  ASSERT_EQ(WaitExit(run, 240), 0) << ReadFile(run.err);
+  const std::string err = ReadFile(run.err);
+  EXPECT_NE(err.find("slice 2 was lost and started again (1 time); the other "
+                     "slices went on meanwhile"),
+            std::string::npos)
+      << err;
+  const std::string said = "multislice train: slice 2 rejoined after step ";
+  const size_t at = err.find(said);
+  ASSERT_NE(at, std::string::npos) << err;
+  const int64_t rejoined = std::stoll(err.substr(at + said.size()));
+  EXPECT_GT(rejoined, 3) << err;
+  EXPECT_LT(rejoined, 16) << err;
+  EXPECT_EQ(rejoined % keys.sync_period, 0) << err;  // a sync step
+  EXPECT_NE(err.find("slice 2 worker 0 rejoined after step " +
+                     std::to_string(rejoined) + " at the outer parameters"),
+            std::string::npos)
+      << err;
+  std::string out = ReadFile(run.out);
+  out = out.substr(out.rfind("\n{") + 1);
+  const nlohmann::json summary = nlohmann::json::parse(out);
+  const TrainConfig config = Config(With(common, {"per_device_batch_size=2"}));
+  const Reference ref = RunReference(
+      config, DatasetDir(), keys,
+      Loss{.rejoin_after = rejoined, .drop_after = 3, .dropped = 2}, 3);
+  ExpectClose(Losses(summary), ref.losses, 1e-5, name);
+  const Reference away = RunReference(config, DatasetDir(), keys,
+                                      Loss{.drop_after = 3, .dropped = 2}, 3);
+  EXPECT_GT(std::fabs(away.losses.back() - ref.losses.back()), 1e-4);
+  std::ifstream metrics(RunDir(name) + "/metrics.jsonl");
+  const double batch = 2.0 * 3 * config.max_target_length;
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json r = nlohmann::json::parse(line);
+    const double share = r["step"] <= 3 || r["step"] > rejoined ? 1.0 : 2 / 3.0;
+    EXPECT_NEAR(
+        r["tokens_per_s"].get<double>() * r["step_time_s"].get<double>(),
+        batch * share, 1e-6 * batch)
+        << "step " << r["step"];
+  }
+  const train::FullState state = LoadState(RunDir(name), 16);
+  ASSERT_EQ(state.more_replicas.size(), 2u);
+  const std::vector<float> outer(ref.outer.begin(), ref.outer.end());
+  EXPECT_LT(MaxRelativeDifference(state.outer, outer), 1e-4);
+  EXPECT_LT(MaxRelativeDifference(state.more_replicas[1].params, ref.inner[2]),
+            1e-4);
+}
+
+// Lost after step 7 of 8: the survivors notice at the last step, where
+// they admit no one and close the admissions, so the restarted slice is
+// told that training is over and exits 0.
+TEST_F(DilocoCommandTest, ASliceBackAfterTheLastSyncFindsTrainingOver) {
+  DilocoKeys keys;
+  keys.replicas = 3;
+  const std::string name = "too-late";
+  testing_util::Child run =
+      Spawn(Args(With(kThreeSlicesOfOne,
+                      With(keys.Overrides(),
+                           {"steps=8", "diloco_continue_on_failure=true",
+                            "diloco_max_slice_restarts=2",
+                            "checkpoint_period=100", "run_name=" + name}))),
+            {"MULTISLICE_TEST_KILL_AFTER_STEP=2:7"}, dir_.path(), name);
+  ASSERT_EQ(WaitExit(run, 240), 0) << ReadFile(run.err);
+  const std::string err = ReadFile(run.err);
+  EXPECT_NE(err.find("[slice 2 worker 0] multislice train: slice 2 worker 0 "
+                     "was started again, but the other slices finished "
+                     "training before it could rejoin"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("slice 2 was lost and started again (1 time)"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("rejoined after"), std::string::npos) << err;
 }
 
 // A DiLoCo checkpoint resumes only as DiLoCo with as many replicas (each

@@ -464,6 +464,7 @@ int Run(const TrainFlags& flags) {
   job.argv = argv;
   job.raw_stdout_of_first_worker = true;
   job.continue_without_lost_slices = config.diloco_continue_on_failure;
+  job.slice_restarts = config.diloco_max_slice_restarts;
   const int code =
       runtime::RunLocalJob(job, [&](const runtime::WorkerEnv& worker_env) {
         return RunWorker(config, worker_env, flags);

@@ -408,9 +408,10 @@ void CheckpointManager::WriterLoop() {
   }
 }
 
-Status CheckpointManager::CallBarrier(const char* phase) const {
+Status CheckpointManager::CallBarrier(int64_t step, const char* phase) const {
   if (!options_.barrier) return OkStatus();
-  return options_.barrier().WithContext(std::string("barrier ") + phase);
+  return options_.barrier(std::to_string(step) + "/" + phase)
+      .WithContext(std::string("barrier ") + phase);
 }
 
 // A writer thread must not die of an exception (std::terminate would take
@@ -448,7 +449,7 @@ Status CheckpointManager::RunSave(const SaveJob& job) {
     status = RemoveAll(tmp_dir);
     if (status.ok()) status = RemoveAll(step_dir);
   }
-  Status barrier_status = CallBarrier("ckpt:prepare");
+  Status barrier_status = CallBarrier(job.step, "ckpt:prepare");
   if (status.ok()) status = barrier_status;
 
   // Phase 2: every host writes its own files into <step>.tmp.
@@ -471,7 +472,7 @@ Status CheckpointManager::RunSave(const SaveJob& job) {
       if (status.ok()) status = WriteHostFiles(empty, host, tmp_dir, &bytes);
     }
   }
-  barrier_status = CallBarrier("ckpt:write");
+  barrier_status = CallBarrier(job.step, "ckpt:write");
   if (status.ok()) status = barrier_status;
 
   // Phase 3: the leader commits, or removes what the failed save left (the
@@ -481,7 +482,7 @@ Status CheckpointManager::RunSave(const SaveJob& job) {
     if (status.ok()) CollectGarbage(job.step);
   }
   if (!status.ok() && leader && !was_complete) DiscardFailedStep(job.step);
-  barrier_status = CallBarrier("ckpt:commit");
+  barrier_status = CallBarrier(job.step, "ckpt:commit");
   if (status.ok()) status = barrier_status;
 
   if (!status.ok()) {

@@ -97,9 +97,10 @@ struct CheckpointOptions {
   int max_to_keep = 3;
   // Save in a background thread (true) or inline (false).
   bool async = true;
-  // Blocks until every host has called it with the same phase; must be set
-  // when host_count > 1. Unset means a no-op (one host).
-  std::function<Status()> barrier;
+  // Blocks until every host has called it with the same name ("<step>/
+  // ckpt:prepare", then ckpt:write and ckpt:commit); must be set when
+  // host_count > 1. Unset means a no-op (one host).
+  std::function<Status(const std::string& name)> barrier;
   // Hosts gone from the job that do not save (DiLoCo's
   // diloco_continue_on_failure, whose survivors save stand-in shards for
   // them): the leader writes an empty host file for each (its own
@@ -199,7 +200,7 @@ class CheckpointManager {
   void DiscardFailedStep(int64_t step) const;
   Status Enqueue(SaveJob job);
   void CollectGarbage(int64_t committed_step) const;
-  Status CallBarrier(const char* phase) const;
+  Status CallBarrier(int64_t step, const char* phase) const;
   void WriterLoop();
 
   const CheckpointOptions options_;

@@ -98,7 +98,7 @@ std::vector<Status> RunHosts(
       options.host = host;
       options.host_count = host_count;
       options.async = async(host);
-      options.barrier = [&] {
+      options.barrier = [&](const std::string&) {
         sync_point.arrive_and_wait();
         return OkStatus();
       };
@@ -220,8 +220,10 @@ TEST(CheckpointTest, AsyncSaveReturnsBeforeTheWriteEnds) {
   std::shared_future<void> released = release.get_future().share();
   std::promise<void> writing;
   int barrier_calls = 0;
+  std::vector<std::string> barrier_names;
   CheckpointOptions options = AsyncOptions(tmp.path());
-  options.barrier = [&] {
+  options.barrier = [&](const std::string& name) {
+    barrier_names.push_back(name);
     if (++barrier_calls == 2) {
       writing.set_value();
       if (released.wait_for(std::chrono::seconds(60)) !=
@@ -246,6 +248,11 @@ TEST(CheckpointTest, AsyncSaveReturnsBeforeTheWriteEnds) {
   Status waited = manager.Wait();
   ASSERT_TRUE(waited.ok()) << waited.message();
   EXPECT_TRUE(fs::exists(tmp.path() + "/1/COMMITTED"));
+  // Each barrier is named by its save's step, so that a host that joined
+  // the job later meets the same ones.
+  EXPECT_EQ(barrier_names,
+            (std::vector<std::string>{"1/ckpt:prepare", "1/ckpt:write",
+                                      "1/ckpt:commit"}));
   Result<RestoredState> state = manager.Restore(1, 0);
   ASSERT_TRUE(state.ok()) << state.status().message();
   EXPECT_TRUE(state->blobs.at("big").data == Pattern(64 << 20, 3));
@@ -257,7 +264,7 @@ TEST(CheckpointTest, AsyncErrorIsReturnedByTheNextWait) {
   ASSERT_TRUE(tmp.ok());
   CheckpointOptions options = AsyncOptions(tmp.path());
   bool fail = true;
-  options.barrier = [&] {
+  options.barrier = [&](const std::string&) {
     return fail ? Unavailable("host 1 vanished") : OkStatus();
   };
   CheckpointManager manager(options);
@@ -464,7 +471,7 @@ TEST(CheckpointTest, AsyncSaveAfterAFailureReportsItAndStillSaves) {
   ASSERT_TRUE(tmp.ok());
   CheckpointOptions options = AsyncOptions(tmp.path());
   int calls = 0;
-  options.barrier = [&] {
+  options.barrier = [&](const std::string&) {
     return ++calls == 1 ? Unavailable("peer lost") : OkStatus();
   };
   CheckpointManager manager(options);
@@ -537,7 +544,7 @@ TEST(CheckpointTest, ProcessKilledMidSaveLeavesThePreviousStep) {
     CheckpointManager first(options);
     if (!first.Save(1, StepBlobs(1, 0), {{"step", 1}}).ok()) ::_exit(3);
     int calls = 0;
-    options.barrier = [&] {
+    options.barrier = [&](const std::string&) {
       if (++calls == 1) {
         (void)!::write(pipe_fds[1], "w", 1);
       } else {
@@ -620,7 +627,7 @@ TEST(CheckpointTest, PollIsOkWhileASaveIsInFlight) {
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
   int calls = 0;
-  options.barrier = [&] {
+  options.barrier = [&](const std::string&) {
     if (++calls == 2) released.wait();  // hold the save in its write phase
     return OkStatus();
   };

@@ -111,6 +111,10 @@ const Field kFields[] = {
     {"diloco_continue_on_failure", &TrainConfig::diloco_continue_on_failure,
      "a lost slice drops its replica from the next syncs while the others "
      "go on, instead of stopping the job"},
+    {"diloco_max_slice_restarts", &TrainConfig::diloco_max_slice_restarts,
+     "with diloco_continue_on_failure: how many times the local launcher "
+     "starts a lost slice again, to rejoin at the next sync; 0: it stays "
+     "lost"},
     {"vocab_size", &TrainConfig::vocab_size, "vocabulary size"},
     {"emb_dim", &TrainConfig::emb_dim, "model width; a multiple of num_heads"},
     {"num_heads", &TrainConfig::num_heads, "attention heads"},
@@ -437,6 +441,8 @@ Status CheckDiloco(const TrainConfig& c) {
   RETURN_IF_ERROR(runtime::ParseWireType(c.dcn_gradient_wire_dtype,
                                          "key 'dcn_gradient_wire_dtype'")
                       .status());
+  RETURN_IF_ERROR(CheckAtLeast("diloco_max_slice_restarts",
+                               c.diloco_max_slice_restarts, 0));
   if (!c.enable_diloco && c.diloco_continue_on_failure) {
     return InvalidArgument(
         "key 'diloco_continue_on_failure' = true: expected enable_diloco=true "

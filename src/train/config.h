@@ -71,6 +71,9 @@ struct TrainConfig {
   // A lost slice drops its replica from the next syncs while the other
   // replicas go on (docs/diloco.md), instead of stopping the job.
   bool diloco_continue_on_failure = false;
+  // With it: how many times the local launcher starts a lost slice again;
+  // the restarted slice rejoins at the next sync. 0: it stays lost.
+  int diloco_max_slice_restarts = 3;
 
   // Model size.
   int vocab_size = 256;

@@ -538,6 +538,7 @@ TEST(DilocoKeysTest, DefaultsAndBadValuesAreOneSentence) {
       yaml, {"enable_diloco=true", "diloco_continue_on_failure=true"});
   ASSERT_TRUE(losable.ok());
   EXPECT_FALSE(defaults->diloco_continue_on_failure);
+  EXPECT_EQ(defaults->diloco_max_slice_restarts, 3);
   EXPECT_TRUE(CheckLosableSlices(*losable, 1, 3, 3).ok());
   EXPECT_TRUE(CheckLosableSlices(*defaults, 2, 1, 1).ok());
   EXPECT_EQ(CheckLosableSlices(*losable, 2, 1, 1).message(),
@@ -599,6 +600,8 @@ TEST(DilocoKeysTest, DefaultsAndBadValuesAreOneSentence) {
           {{"dcn_gradient_wire_dtype=int4"},
            "key 'dcn_gradient_wire_dtype': 'int4' is not a wire type; "
            "expected f32, bf16 or int8"},
+          {{"diloco_max_slice_restarts=-1"},
+           "key 'diloco_max_slice_restarts' = -1: expected an integer >= 0"},
           {{"diloco_continue_on_failure=true"},
            "key 'diloco_continue_on_failure' = true: expected "
            "enable_diloco=true too (only DiLoCo's replicas can go on without "

@@ -35,11 +35,10 @@ bool FindShard(const RestoredState* replica, const ParallelPlan& plan,
   return true;
 }
 
-// DiLoCo: a replica without a whole copy of the step takes the moments and
-// the outer state of replica `root` (a complete one), and the outer
-// parameters as its own (it rejoins at the global parameters, having lost
-// the inner steps since they were set). The other complete replicas keep
-// theirs: what reaches them goes to a scratch buffer.
+}  // namespace
+
+// A replica that rejoins lost the inner steps since the global parameters
+// were set. What reaches a complete replica goes to a scratch buffer.
 Status RejoinFromReplica(ParallelPlan& plan, int root, bool complete,
                          const std::vector<float*>& targets) {
   const bool keep = complete && plan.diloco_rank() != root;
@@ -55,8 +54,6 @@ Status RejoinFromReplica(ParallelPlan& plan, int root, bool complete,
   }
   return OkStatus();
 }
-
-}  // namespace
 
 Result<ReplicaRestore> RestoreFromReplicas(
     ParallelPlan& plan, const RestoredState* replica, int64_t restored_step,

@@ -44,6 +44,14 @@ struct ExtraShard {
 // parameters as its own (`extra` must then start with the kinds "outer"
 // and "outer_momentum"). Only when no replica is complete does the
 // checkpoint stay.
+// DiLoCo: every replica but `root` (a rank of the diloco axis's group) takes
+// the root's moments and outer state: targets are the parameters, the two
+// moments, the outer copy and its momentum. Those that are not `complete`
+// (they lost their inner state) also take the outer copy as their
+// parameters; the complete ones keep everything of theirs.
+Status RejoinFromReplica(ParallelPlan& plan, int root, bool complete,
+                         const std::vector<float*>& targets);
+
 Result<ReplicaRestore> RestoreFromReplicas(
     ParallelPlan& plan, const RestoredState* replica, int64_t restored_step,
     int global_rows, DeviceBuffers& b,

@@ -111,6 +111,13 @@ Status StateSaver::Stop(int local, int64_t step) {
   return StopStatus(step);
 }
 
+void StateSaver::WaitForSaves(int local) {
+  if (local == 0) {
+    if (Status s = options_.checkpoints->Wait(); !s.ok()) SetFault(s);
+  }
+  barrier_.arrive_and_wait();
+}
+
 Status StateSaver::Finish(int local, int64_t last_step) {
   if (local != 0) return OkStatus();
   // The last step's failures have no next step to stop at.

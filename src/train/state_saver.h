@@ -78,6 +78,11 @@ class StateSaver {
   // (a save still in flight may finish first).
   Status Stop(int local, int64_t step);
 
+  // Every device thread: until the checkpoint in the background (if any)
+  // is done; its failure becomes the fault of the next step. For a change
+  // of the job's members, which the next save's barriers count.
+  void WaitForSaves(int local);
+
   // After the last step: waits for the saves (device 0) and returns the
   // failure found, if any.
   Status Finish(int local, int64_t last_step);

@@ -142,7 +142,7 @@ struct Writer {
         options.async = false;
         options.host = host;
         options.host_count = 2;
-        options.barrier = [&] {
+        options.barrier = [&](const std::string&) {
           sync_point.arrive_and_wait();
           return OkStatus();
         };

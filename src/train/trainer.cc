@@ -113,22 +113,23 @@ int64_t KillAfterStep(int process) {
   return std::atoll(spec.substr(colon + 1).c_str());
 }
 
-// A barrier of every process of the job through the rendezvous store, for
-// the checkpoint writer thread (device collectives belong to device threads).
-// Every process calls it the same number of times (three per save), so the
-// n-th call of each meets the n-th call of the others.
-std::function<Status()> StoreBarrier(runtime::Runtime& rt) {
+// A barrier of every live process of the job through the rendezvous store,
+// for the checkpoint writer thread (device collectives belong to device
+// threads). Each barrier of a save is named by its step and phase, so a
+// process that rejoined the job meets the others at the next save.
+std::function<Status(const std::string&)> StoreBarrier(runtime::Runtime& rt) {
   auto count = std::make_shared<std::atomic<int64_t>>(0);
   const int host = rt.process_index(), hosts = rt.process_count();
   const auto timeout = rt.timeout();
   const int64_t pause_save = EnvInt("MULTISLICE_TEST_PAUSE_CHECKPOINT");
-  return [&rt, count, host, hosts, timeout, pause_save]() -> Status {
+  return [&rt, count, host, hosts, timeout,
+          pause_save](const std::string& barrier) -> Status {
     const int64_t call = (*count)++;
     if (pause_save > 0 && call == 3 * (pause_save - 1) + 1) {
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
     }
     if (hosts == 1) return OkStatus();
-    const std::string name = "ckpt/barrier/" + std::to_string(call);
+    const std::string name = "ckpt/barrier/" + barrier;
     try {
       rt.store().set(name + "/" + std::to_string(host), {'1'});
       std::vector<std::string> keys;
@@ -275,6 +276,11 @@ class Trainer {
     ShardOptimizer optimizer;
     int64_t start_step;
     std::unique_ptr<OuterOptimizer> outer;  // DiLoCo's, or null
+    // Lost slices that rejoin after step admit_at (-1: none), as decided
+    // in generation admit_generation.
+    int64_t admit_at = -1;
+    int admit_generation = 0;
+    std::vector<int> admit_slices;
     // The state to save; with_outer: the outer state too (a checkpoint
     // takes it from replica 0 only, an in-memory replica from every one).
     StateShard shard(bool with_outer) const;
@@ -295,6 +301,10 @@ class Trainer {
   void TakeShard(const ParallelPlan& plan, const std::vector<float>& whole,
                  float* out) const;
   Status RestoreReplica(Device& d);
+  Status JoinRunningJob(Device& d);
+  Status AdmitSlices(Device& d, int64_t step);
+  Status ShareRejoinState(Device& d, bool joining);
+  void ScheduleAdmission(Device& d, int64_t step, const float* requests);
   Status StartOuterOptimizer(Device& d);
   Status CheckDilocoState(const FullState& state) const;
   std::vector<int> DilocoSchedule() const;
@@ -345,6 +355,13 @@ Trainer::Trainer(runtime::Runtime& rt, const TrainerOptions& options,
 
 Status Trainer::Run() {
   RETURN_IF_ERROR(model::gpt::ValidateConfig(model_));
+  if (rt_.too_late_to_join()) {
+    std::fprintf(stderr,
+                 "multislice train: %s was started again, but the other slices "
+                 "finished training before it could rejoin\n",
+                 rt_.env().name().c_str());
+    return OkStatus();
+  }
   num_parameters_ = model::gpt::NumParameters(model_);
   RETURN_IF_ERROR(RestoreCheckpoint());
   OpenReplicas();
@@ -394,6 +411,7 @@ Status Trainer::TrainOnDevice(int local) {
           d->train_data.state(),
           outer_writer ? StandIns(*d) : std::vector<StateShard>{});
     }
+    if (step == d->admit_at) RETURN_IF_ERROR(AdmitSlices(*d, step));
     if (step_delay_ms > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
     }
@@ -457,16 +475,103 @@ Result<Trainer::StepResult> Trainer::TrainStep(Device& d, int64_t step) {
 // replicas meet only where a sync starts (every period / fragments steps)
 // and at the last step, so a failure in one replica stops every one there;
 // without DiLoCo the step's flag is the whole mesh's.
+// With diloco_continue_on_failure the same max also carries, one flag per
+// slice, the lost slices whose restarted workers ask to rejoin.
 Result<bool> Trainer::StopsAt(Device& d, int64_t step, float replica_fault) {
   if (d.plan.diloco_size() == 1) return replica_fault > 0;
   if (!d.outer->SyncStartsAfter(step) && step != config_.steps) return false;
-  float fault = 0;
+  const bool rejoins = config_.diloco_continue_on_failure;
+  std::vector<float> flags(1 + (rejoins ? rt_.env().num_slices : 0));
   RETURN_IF_ERROR(AcrossReplicas([&] {
-    fault = replica_fault;
-    return d.plan.ReduceOverAll(&fault, 1, "diloco-fault",
-                                runtime::ReduceOp::kMax);
+    std::fill(flags.begin(), flags.end(), 0.0f);
+    flags[0] = replica_fault;
+    if (rejoins && d.local == 0 && step < config_.steps) {
+      for (int slice : rt_.RejoinRequests()) flags[1 + slice] = 1;
+    }
+    return d.plan.ReduceOverAll(flags.data(), static_cast<int>(flags.size()),
+                                "diloco-fault", runtime::ReduceOp::kMax);
   }));
-  return fault > 0;
+  if (flags[0] > 0) return true;
+  if (rejoins && step == config_.steps && d.local == 0) {
+    rt_.CloseAdmissions();
+  } else if (rejoins) {
+    ScheduleAdmission(d, step, flags.data() + 1);
+  }
+  return false;
+}
+
+// The slices that asked are admitted once this step's sync has landed
+// (overlap_steps later, when nothing is in flight), if training goes on
+// after that.
+void Trainer::ScheduleAdmission(Device& d, int64_t step,
+                                const float* requests) {
+  d.admit_slices.clear();
+  for (int slice = 0; slice < rt_.env().num_slices; ++slice) {
+    if (requests[slice] > 0) d.admit_slices.push_back(slice);
+  }
+  const int64_t at = step + config_.num_communication_overlapping_steps;
+  if (d.admit_slices.empty() || at >= config_.steps) return;
+  d.admit_at = at;
+  d.admit_generation = rt_.membership_generation();
+}
+
+// After `step` the survivors take the slices of admit_slices back: no save
+// may be in flight (its barriers count the members), the runtime connects
+// the next generation with them, and their replicas get the lowest
+// survivor's state. A loss since the decision leaves them waiting for the
+// next one.
+Status Trainer::AdmitSlices(Device& d, int64_t step) {
+  d.admit_at = -1;
+  saver_->WaitForSaves(d.local);
+  if (!rt_.AllLocalDevicesOk(rt_.membership_generation() ==
+                             d.admit_generation)) {
+    return OkStatus();
+  }
+  RETURN_IF_ERROR(rt_.AdmitSlices(d.admit_generation, d.admit_slices, step));
+  RETURN_IF_ERROR(ShareRejoinState(d, /*joining=*/false));
+  if (d.reporter_thread) {
+    for (int slice : d.admit_slices) {
+      std::fprintf(stderr,
+                   "multislice train: slice %d rejoined after step %lld\n",
+                   slice, static_cast<long long>(step));
+    }
+  }
+  return OkStatus();
+}
+
+// The replicas that join take the moments and outer state of the lowest
+// replica that trained on, and the outer parameters as their own (as at a
+// restart: replica_restore.h). Every replica of the new generation calls it.
+Status Trainer::ShareRejoinState(Device& d, bool joining) {
+  float lowest = joining ? 1e9f : static_cast<float>(d.plan.diloco_rank());
+  RETURN_IF_ERROR(d.plan.ReduceOverDiloco(&lowest, 1, "rejoin-root",
+                                          runtime::ReduceOp::kMin));
+  const int root_replica = static_cast<int>(lowest);
+  int root = root_replica;  // its rank among the replicas left
+  for (int slice : rt_.lost_slices()) root -= slice < root_replica ? 1 : 0;
+  return RejoinFromReplica(
+      d.plan, root, /*complete=*/!joining,
+      {d.state.shard.data(), d.state.adam_m.data(), d.state.adam_v.data(),
+       d.outer->outer().data(), d.outer->momentum().data()});
+}
+
+// A restarted slice's device: it starts after the step the survivors
+// admitted it at, from their state, with its data at that step.
+Status Trainer::JoinRunningJob(Device& d) {
+  const int64_t step = *rt_.joined_step();
+  RETURN_IF_ERROR(ShareRejoinState(d, /*joining=*/true));
+  d.start_step = step;
+  d.outer->Resume(step);
+  IteratorState at = d.train_data.state();
+  at.step = step;
+  RETURN_IF_ERROR(d.train_data.Restore(at));
+  if (d.local == 0) {
+    std::fprintf(stderr,
+                 "multislice train: %s rejoined after step %lld at the outer "
+                 "parameters\n",
+                 rt_.env().name().c_str(), static_cast<long long>(step));
+  }
+  return OkStatus();
 }
 
 // What this process's devices have sent over DCN so far.
@@ -741,12 +846,26 @@ Result<std::unique_ptr<Trainer::Device>> Trainer::StartDevice(int local) {
   const model::gpt::PipelineStage stage = plan.ModelStage();
   std::unique_ptr<ModelStep> step = MakeModelStep(plan, StepOptions(plan));
   std::unique_ptr<Device> d(new Device{
-      local, printer_ && local == 0, std::move(plan), std::move(state),
-      std::move(train_data), std::move(val_data), std::move(step),
+      local,
+      printer_ && local == 0,
+      std::move(plan),
+      std::move(state),
+      std::move(train_data),
+      std::move(val_data),
+      std::move(step),
       ShardOptimizer(config_, model::gpt::WeightDecayMask(model_, t, stage),
                      begin, divisor),
-      restored_step_, nullptr});
+      restored_step_,
+      nullptr,
+      -1,
+      0,
+      {}});
   RETURN_IF_ERROR(StartOuterOptimizer(*d));
+  if (rt_.joined_step().has_value()) {
+    RETURN_IF_ERROR(JoinRunningJob(*d));
+    if (d->reporter_thread) reporter_->LoadHistory(d->start_step);
+    return d;
+  }
   RETURN_IF_ERROR(RestoreReplica(*d));
   if (d->reporter_thread) {
     reporter_->LoadHistory(d->start_step);
@@ -836,7 +955,8 @@ Status Trainer::RestoreCheckpoint() {
     };
   }
   checkpoints_ = std::make_unique<CheckpointManager>(ckpt_options_);
-  if (!config_.enable_checkpointing) return OkStatus();
+  // A rejoining slice takes the running job's state instead.
+  if (!config_.enable_checkpointing || rt_.joined_step()) return OkStatus();
   std::vector<std::string> warnings;
   Result<FullState> state = LoadLatestFullState(*checkpoints_, &warnings);
   if (printer_) {
