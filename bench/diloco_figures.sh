@@ -3,7 +3,8 @@
 #
 #   loss: DCN bytes per step and validation loss at equal tokens, the
 #         quickstart model (configs/quickstart.yml, 2 local slices): (a) data
-#         parallelism as configured, (b) DiLoCo with 2 replicas, H = 36 and
+#         parallelism as configured, (b) DiLoCo with 2 replicas, H = 36 (or
+#         --sync_period; outer lr, momentum and inner lr as given) and
 #         an int8 wire, (c) the same with an f32 wire, (d) data parallelism
 #         with its per-step all-reduce on an int8 wire. Per run: the mean
 #         and total `dcn_bytes` of metrics.jsonl (what slice 0's process sent
@@ -47,6 +48,9 @@ Usage: bench/diloco_figures.sh [options]
 loss:
   --steps K             training steps of every run; default 550 (the config's)
   --outer_lr X          diloco_outer_lr of (b) and (c); default 0.3 (MaxText's)
+  --outer_momentum X    diloco_outer_momentum of (b) and (c); default 0.9
+  --sync_period H       diloco_sync_period of (b) and (c); default 36
+  --inner_lr X          learning_rate of (b) and (c); default the config's
   --retry_outer_lr X    (b) again at X when it misses 3 % of DP; default 0.7 (0 = never)
   --loss_runs LIST      comma-separated subset of dp,diloco_int8,diloco_f32,dp_int8
 
@@ -66,7 +70,8 @@ usage_error() { echo "$prog: $*" >&2; exit 2; }
 fail() { echo "$prog: $*" >&2; exit 1; }
 
 only=loss,thin,plot out="" multislice=build/bin/multislice max_load=0.6 load_wait=900
-steps=550 outer_lr=0.3 retry_outer_lr=0.7 loss_runs=dp,diloco_int8,diloco_f32,dp_int8
+steps=550 outer_lr=0.3 outer_momentum=0.9 sync_period=36 inner_lr=""
+retry_outer_lr=0.7 loss_runs=dp,diloco_int8,diloco_f32,dp_int8
 d=128 n=4 b=16 r90_mbit="" dp_steps=3 diloco_steps=72 svg=""
 thin_runs=r90_dp,thin_dp,thin_diloco,thin_streaming_f2,thin_streaming_f4
 need() { [ $# -ge 2 ] || usage_error "option $1 needs a value (see --help)"; }
@@ -75,6 +80,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
     -d|-n|-b|--only|--out|--multislice|--max_load|--load_wait|--steps|--outer_lr| \
+    --outer_momentum|--sync_period|--inner_lr| \
     --retry_outer_lr|--loss_runs|--r90_mbit|--dp_steps|--diloco_steps|--thin_runs|--svg)
       need "$@"
       name="${1#-}"
@@ -87,7 +93,7 @@ for part in ${only//,/ }; do
   case "$part" in loss|thin|plot) ;; *) usage_error "--only: '$part' is not loss, thin or plot" ;; esac
 done
 has() { [[ ",$1," == *",$2,"* ]]; }
-for pair in "steps:$steps" "d:$d" "n:$n" "b:$b" "dp_steps:$dp_steps" "diloco_steps:$diloco_steps" "load_wait:$load_wait"; do
+for pair in "steps:$steps" "sync_period:$sync_period" "d:$d" "n:$n" "b:$b" "dp_steps:$dp_steps" "diloco_steps:$diloco_steps" "load_wait:$load_wait"; do
   [[ "${pair#*:}" =~ ^[0-9]+$ ]] || usage_error "--${pair%%:*} '${pair#*:}' is not a whole number"
 done
 [ -x "$multislice" ] || fail "$multislice is missing: flock /tmp/ms-build.lock ninja -C build multislice"
@@ -126,7 +132,9 @@ say "# $prog: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs, ${cpu:-unknown CPU}
 
 # ---------------------------------------------------------------- loss
 loss_keys() {  # loss_keys NAME: the key=value overrides of one loss run
-  local diloco="dcn_diloco_parallelism=2 dcn_data_parallelism=1 enable_diloco=true diloco_sync_period=36"
+  local diloco="dcn_diloco_parallelism=2 dcn_data_parallelism=1 enable_diloco=true"
+  diloco+=" diloco_sync_period=$sync_period diloco_outer_momentum=$outer_momentum"
+  if [ -n "$inner_lr" ]; then diloco+=" learning_rate=$inner_lr"; fi
   case "$1" in
     dp) echo "" ;;
     diloco_int8) echo "$diloco diloco_outer_lr=$outer_lr diloco_wire_dtype=int8" ;;

@@ -2,7 +2,10 @@
 # Goodput of a DiLoCo job that loses a slice (issue 17, point 4): 3 local
 # slices of cpu-1, one DiLoCo replica each, a small model; after step KILL
 # the script SIGKILLs slice 2's worker (found by its MEGASCALE_SLICE_ID).
-#   on:  diloco_continue_on_failure=true: the other two go on to the end.
+#   rejoin: diloco_continue_on_failure=true: the other two go on, and the
+#        launcher starts slice 2 again, which rejoins at the next sync.
+#   on:  diloco_continue_on_failure=true diloco_max_slice_restarts=0: the
+#        other two go on to the end without it.
 #   off: the job stops; the script starts the same command again at once
 #        (what `multislice job` does after a repair, without the repair's
 #        wait), which resumes from the in-memory replicas and then trains
@@ -56,14 +59,16 @@ EOF
   done
 }
 
-run_mode() {  # name, continue_on_failure
+run_mode() {  # name, continue_on_failure, more keys...
   local name=$1 keep=$2 start end
+  shift 2
+  local keys=("diloco_continue_on_failure=$keep" "$@")
   rm -rf "/dev/shm/multislice-$(id -u)"/local-slice*/"$name"
-  echo "== $name: diloco_continue_on_failure=$keep, $steps steps, slice 2" \
-    "killed after step $kill_after"
-  echo "\$ $ms ${train_args[*]} diloco_continue_on_failure=$keep run_name=$name"
+  echo "== $name: ${keys[*]}, $steps steps, slice 2 killed after step" \
+    "$kill_after"
+  echo "\$ $ms ${train_args[*]} ${keys[*]} run_name=$name"
   start=$(date +%s.%N)
-  $ms "${train_args[@]}" "diloco_continue_on_failure=$keep" "run_name=$name" \
+  $ms "${train_args[@]}" "${keys[@]}" "run_name=$name" \
     >"$out/$name.1.out" 2>"$out/$name.1.err" &
   local job=$!
   kill_at_step "$out/runs/$name/metrics.jsonl" $job
@@ -71,11 +76,13 @@ run_mode() {  # name, continue_on_failure
   wait $job || code=$?
   echo "  first run exited with $code"
   if [ "$code" != 0 ]; then
-    $ms "${train_args[@]}" "diloco_continue_on_failure=$keep" \
+    $ms "${train_args[@]}" "${keys[@]}" \
       "run_name=$name" >"$out/$name.2.out" 2>"$out/$name.2.err" ||
       echo "  second run exited with $?"
   fi
   end=$(date +%s.%N)
+  grep -ho "slice 2 rejoined after step [0-9]*" "$out/$name.1.err" |
+    sed 's/^/  /' || true
   python3 - "$out/runs/$name/metrics.jsonl" "$start" "$end" <<'EOF'
 import json, statistics, sys
 recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
@@ -108,8 +115,15 @@ if fewer:
           f"{statistics.median(after) * 1000:.1f} ms with "
           f"{first['tokens_per_s'] * first['step_time_s'] / full:.3f} of the "
           f"batch")
+    last = max(r["step"] for r in fewer)
+    if last < max(kept):
+        back = [r["step_time_s"] for r in kept.values() if r["step"] > last + 1]
+        print(f"  {len(fewer)} steps with fewer rows; the whole batch again "
+              f"from step {last + 1} ({kept[last + 1]['step_time_s'] * 1000:.1f}"
+              f" ms), median step after it {statistics.median(back) * 1000:.1f} ms")
 EOF
 }
 
-run_mode lost-on true
+run_mode rejoin true
+run_mode lost-on true diloco_max_slice_restarts=0
 run_mode lost-off false
