@@ -276,11 +276,13 @@ class Trainer {
     ShardOptimizer optimizer;
     int64_t start_step;
     std::unique_ptr<OuterOptimizer> outer;  // DiLoCo's, or null
-    // Lost slices that rejoin after step admit_at (-1: none), as decided
-    // in generation admit_generation.
-    int64_t admit_at = -1;
-    int admit_generation = 0;
-    std::vector<int> admit_slices;
+    // Lost slices that rejoin after step `at` (-1: none), as decided in
+    // membership generation `generation`.
+    struct Admission {
+      int64_t at = -1;
+      int generation = 0;
+      std::vector<int> slices;
+    } admission;
     // The state to save; with_outer: the outer state too (a checkpoint
     // takes it from replica 0 only, an in-memory replica from every one).
     StateShard shard(bool with_outer) const;
@@ -411,7 +413,7 @@ Status Trainer::TrainOnDevice(int local) {
           d->train_data.state(),
           outer_writer ? StandIns(*d) : std::vector<StateShard>{});
     }
-    if (step == d->admit_at) RETURN_IF_ERROR(AdmitSlices(*d, step));
+    if (step == d->admission.at) RETURN_IF_ERROR(AdmitSlices(*d, step));
     if (step_delay_ms > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
     }
@@ -492,10 +494,11 @@ Result<bool> Trainer::StopsAt(Device& d, int64_t step, float replica_fault) {
                                 "diloco-fault", runtime::ReduceOp::kMax);
   }));
   if (flags[0] > 0) return true;
-  if (rejoins && step == config_.steps && d.local == 0) {
-    rt_.CloseAdmissions();
-  } else if (rejoins) {
+  if (!rejoins) return false;
+  if (step < config_.steps) {
     ScheduleAdmission(d, step, flags.data() + 1);
+  } else if (d.local == 0) {
+    rt_.CloseAdmissions();
   }
   return false;
 }
@@ -505,32 +508,33 @@ Result<bool> Trainer::StopsAt(Device& d, int64_t step, float replica_fault) {
 // after that.
 void Trainer::ScheduleAdmission(Device& d, int64_t step,
                                 const float* requests) {
-  d.admit_slices.clear();
+  Device::Admission& a = d.admission;
+  a.slices.clear();
   for (int slice = 0; slice < rt_.env().num_slices; ++slice) {
-    if (requests[slice] > 0) d.admit_slices.push_back(slice);
+    if (requests[slice] > 0) a.slices.push_back(slice);
   }
   const int64_t at = step + config_.num_communication_overlapping_steps;
-  if (d.admit_slices.empty() || at >= config_.steps) return;
-  d.admit_at = at;
-  d.admit_generation = rt_.membership_generation();
+  if (a.slices.empty() || at >= config_.steps) return;
+  a.at = at;
+  a.generation = rt_.membership_generation();
 }
 
-// After `step` the survivors take the slices of admit_slices back: no save
+// After `step` the survivors take the admitted slices back: no save
 // may be in flight (its barriers count the members), the runtime connects
 // the next generation with them, and their replicas get the lowest
 // survivor's state. A loss since the decision leaves them waiting for the
 // next one.
 Status Trainer::AdmitSlices(Device& d, int64_t step) {
-  d.admit_at = -1;
+  Device::Admission& a = d.admission;
+  a.at = -1;
   saver_->WaitForSaves(d.local);
-  if (!rt_.AllLocalDevicesOk(rt_.membership_generation() ==
-                             d.admit_generation)) {
+  if (!rt_.AllLocalDevicesOk(rt_.membership_generation() == a.generation)) {
     return OkStatus();
   }
-  RETURN_IF_ERROR(rt_.AdmitSlices(d.admit_generation, d.admit_slices, step));
+  RETURN_IF_ERROR(rt_.AdmitSlices(a.generation, a.slices, step));
   RETURN_IF_ERROR(ShareRejoinState(d, /*joining=*/false));
   if (d.reporter_thread) {
-    for (int slice : d.admit_slices) {
+    for (int slice : a.slices) {
       std::fprintf(stderr,
                    "multislice train: slice %d rejoined after step %lld\n",
                    slice, static_cast<long long>(step));
@@ -857,21 +861,16 @@ Result<std::unique_ptr<Trainer::Device>> Trainer::StartDevice(int local) {
                      begin, divisor),
       restored_step_,
       nullptr,
-      -1,
-      0,
       {}});
   RETURN_IF_ERROR(StartOuterOptimizer(*d));
-  if (rt_.joined_step().has_value()) {
-    RETURN_IF_ERROR(JoinRunningJob(*d));
-    if (d->reporter_thread) reporter_->LoadHistory(d->start_step);
-    return d;
-  }
-  RETURN_IF_ERROR(RestoreReplica(*d));
+  const bool joining = rt_.joined_step().has_value();
+  RETURN_IF_ERROR(joining ? JoinRunningJob(*d) : RestoreReplica(*d));
   if (d->reporter_thread) {
     reporter_->LoadHistory(d->start_step);
     summary_->first_step = d->start_step + 1;
     summary_->last_step = d->start_step;
   }
+  if (joining) return d;  // the others are past their start
   RETURN_IF_ERROR(
       AgreeOnRestoredStep(d->plan, restored_step_, ckpt_options_.directory));
   // Complete steps newer than the one restored failed to load: move them
