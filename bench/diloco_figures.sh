@@ -50,9 +50,10 @@ loss:
   --outer_lr X          diloco_outer_lr of (b) and (c); default 0.3 (MaxText's)
   --outer_momentum X    diloco_outer_momentum of (b) and (c); default 0.9
   --sync_period H       diloco_sync_period of (b) and (c); default 36
-  --inner_lr X          learning_rate of (b) and (c); default the config's
+  --inner_lr X          learning_rate of every loss run (DP's too); default the config's
   --retry_outer_lr X    (b) again at X when it misses 3 % of DP; default 0.7 (0 = never)
-  --loss_runs LIST      comma-separated subset of dp,diloco_int8,diloco_f32,dp_int8
+  --loss_runs LIST      comma-separated subset of dp,diloco_int8,diloco_f32,dp_int8,
+                        and diloco_int8_hH (diloco_int8 with sync period H)
 
 thin:
   -d D, -n L, -b B      the model and batch (emb_dim D, L layers, B sequences of 64
@@ -134,14 +135,17 @@ say "# $prog: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs, ${cpu:-unknown CPU}
 loss_keys() {  # loss_keys NAME: the key=value overrides of one loss run
   local diloco="dcn_diloco_parallelism=2 dcn_data_parallelism=1 enable_diloco=true"
   diloco+=" diloco_sync_period=$sync_period diloco_outer_momentum=$outer_momentum"
-  if [ -n "$inner_lr" ]; then diloco+=" learning_rate=$inner_lr"; fi
+  local lr=""
+  if [ -n "$inner_lr" ]; then lr="learning_rate=$inner_lr"; fi
   case "$1" in
-    dp) echo "" ;;
-    diloco_int8) echo "$diloco diloco_outer_lr=$outer_lr diloco_wire_dtype=int8" ;;
-    diloco_f32) echo "$diloco diloco_outer_lr=$outer_lr diloco_wire_dtype=f32" ;;
-    diloco_int8_lr*) echo "$diloco diloco_outer_lr=${1#diloco_int8_lr} diloco_wire_dtype=int8" ;;
-    dp_int8) echo "dcn_gradient_wire_dtype=int8" ;;
-    *) usage_error "--loss_runs: '$1' is not dp, diloco_int8, diloco_f32 or dp_int8" ;;
+    dp) echo "$lr" ;;
+    diloco_int8) echo "$lr $diloco diloco_outer_lr=$outer_lr diloco_wire_dtype=int8" ;;
+    diloco_f32) echo "$lr $diloco diloco_outer_lr=$outer_lr diloco_wire_dtype=f32" ;;
+    diloco_int8_lr*) echo "$lr $diloco diloco_outer_lr=${1#diloco_int8_lr} diloco_wire_dtype=int8" ;;
+    diloco_int8_h*)  # another sync period (the later key wins)
+      echo "$lr $diloco diloco_sync_period=${1#diloco_int8_h} diloco_outer_lr=$outer_lr diloco_wire_dtype=int8" ;;
+    dp_int8) echo "$lr dcn_gradient_wire_dtype=int8" ;;
+    *) usage_error "--loss_runs: '$1' is not dp, diloco_int8, diloco_f32, diloco_int8_hH or dp_int8" ;;
   esac
 }
 loss_run() {  # loss_run NAME: one quickstart training, its --json in NAME.json
