@@ -109,12 +109,13 @@ if fewer:
     first = min(fewer, key=lambda r: r["step"])
     before = [r["step_time_s"] for r in kept.values() if r["step"] < first["step"]]
     after = [r["step_time_s"] for r in fewer if r["step"] > first["step"]]
+    after_text = (f"{statistics.median(after) * 1000:.1f} ms" if after
+                  else "none")
     print(f"  the loss noticed at step {first['step']}: that step "
           f"{first['step_time_s'] * 1000:.1f} ms; median step before "
-          f"{statistics.median(before) * 1000:.1f} ms, after "
-          f"{statistics.median(after) * 1000:.1f} ms with "
-          f"{first['tokens_per_s'] * first['step_time_s'] / full:.3f} of the "
-          f"batch")
+          f"{statistics.median(before) * 1000:.1f} ms, after {after_text} "
+          f"with {first['tokens_per_s'] * first['step_time_s'] / full:.3f} "
+          f"of the batch")
     last = max(r["step"] for r in fewer)
     if last < max(kept):
         back = [r["step_time_s"] for r in kept.values() if r["step"] > last + 1]
