@@ -141,6 +141,11 @@ std::vector<int> Runtime::lost_slices() const {
   return lost_slices_;
 }
 
+std::vector<int> Runtime::incarnations() const {
+  std::lock_guard<std::mutex> lock(membership_mu_);
+  return incarnations_;
+}
+
 std::vector<int> Runtime::live_processes() const {
   std::lock_guard<std::mutex> lock(membership_mu_);
   return live_processes_;
@@ -150,15 +155,10 @@ Result<int> Runtime::DropLostSlices(int seen_generation) {
   std::lock_guard<std::mutex> drop_lock(drop_mu_);
   if (generation_.load() > seen_generation) return 0;
   const int generation = generation_.load();
-  std::vector<int> incarnations;
-  {
-    std::lock_guard<std::mutex> lock(membership_mu_);
-    incarnations = incarnations_;
-  }
   ASSIGN_OR_RETURN(
       std::vector<int> gone,
       AgreeOnGone(*store_, generation, process_index(), live_processes(),
-                  incarnations, options_.timeout));
+                  incarnations(), options_.timeout));
   const int hosts = accelerator_.hosts_per_slice();
   std::vector<int> lost = lost_slices(), live;
   const size_t lost_before = lost.size();
@@ -239,16 +239,12 @@ Status Runtime::JoinRunning() {
 std::vector<int> Runtime::RejoinRequests() {
   const int hosts = accelerator_.hosts_per_slice();
   std::vector<int> slices;
-  std::vector<int> incarnations;
-  {
-    std::lock_guard<std::mutex> lock(membership_mu_);
-    incarnations = incarnations_;
-  }
+  const std::vector<int> started = incarnations();
   for (int slice : lost_slices()) {
     bool all = true;
     for (int w = 0; w < hosts && all; ++w) {
       const int p = slice * hosts + w;
-      all = RejoinRequested(*store_, p, incarnations[p] + 1);
+      all = RejoinRequested(*store_, p, started[p] + 1);
     }
     if (all) slices.push_back(slice);
   }

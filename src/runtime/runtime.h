@@ -112,6 +112,8 @@ class Runtime {
   void CloseAdmissions();
   // The processes still in the job, in increasing order.
   std::vector<int> live_processes() const;
+  // Each process's start in this attempt (0, or its restarts so far).
+  std::vector<int> incarnations() const;
   // The rendezvous store under this run's and attempt's prefix.
   gloo::rendezvous::Store& store() { return *store_; }
   const dcn::StoreAddress& store_address() const { return store_address_; }
