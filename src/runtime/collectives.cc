@@ -25,6 +25,7 @@ struct OpState {
   bool done = false;
   Status status;
   std::string what;
+  uint64_t sequence = 0;  // the device's count of collectives issued
   std::vector<std::vector<std::byte>> scratch;
 
   std::byte* Scratch(size_t bytes) {
@@ -68,6 +69,7 @@ struct CollectivePhase {
 DeviceCollectives::DeviceCollectives(Runtime& runtime, int device_id)
     : runtime_(runtime),
       device_id_(device_id),
+      progress_(std::make_shared<DeviceProgress>(device_id)),
       streams_(std::make_unique<Streams>(device_id)) {}
 
 DeviceCollectives::~DeviceCollectives() = default;
@@ -108,9 +110,12 @@ CollectiveHandle DeviceCollectives::Launch(const std::string& what,
                                            std::shared_ptr<OpState> op,
                                            const CollectiveHandle& after) {
   op->what = what;
+  op->sequence = sequence_;
   op->num_phases = static_cast<int>(phases.size());
+  progress_->Issued(op->sequence, what);
   if (phases.empty()) {
     op->done = true;
+    progress_->Finished(op->sequence);
     return CollectiveHandle(op);
   }
   // A phase waits for its predecessor at most this long; the predecessor's
@@ -119,12 +124,13 @@ CollectiveHandle DeviceCollectives::Launch(const std::string& what,
   std::shared_ptr<OpState> dependency = after.op_;
   Trace* trace = runtime_.trace();
   const int device = device_id_;
+  std::shared_ptr<DeviceProgress> progress = progress_;
   for (int i = 0; i < op->num_phases; ++i) {
     CollectivePhase& phase = phases[i];
     Stream& stream = phase.on_dcn ? streams_->dcn : streams_->ici;
     const Track track = phase.on_dcn ? Track::kDcn : Track::kIci;
     const bool always = phase.always;
-    stream.Enqueue([op, i, guard, trace, device, track, always,
+    stream.Enqueue([op, i, guard, trace, device, track, always, progress,
                     dependency = i == 0 ? dependency : nullptr,
                     name = std::move(phase.name),
                     body = std::move(phase.body)] {
@@ -156,6 +162,7 @@ CollectiveHandle DeviceCollectives::Launch(const std::string& what,
       lock.unlock();
       Status s;
       if (run) {
+        progress->PhaseStarted(op->sequence, name);
         ScopedSpan span(trace, device, track, op->what + " " + name);
         s = body();
       }
@@ -164,7 +171,10 @@ CollectiveHandle DeviceCollectives::Launch(const std::string& what,
         op->status = s.WithContext(op->what + ", " + name + " phase");
       }
       op->phases_started_after = std::max(op->phases_started_after, i + 1);
-      if (++op->phases_finished == op->num_phases) op->done = true;
+      if (++op->phases_finished == op->num_phases) {
+        op->done = true;
+        progress->Finished(op->sequence);
+      }
       op->cv.notify_all();
     });
   }

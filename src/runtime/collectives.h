@@ -81,6 +81,7 @@
 
 #include "runtime/axis_group.h"
 #include "runtime/comm/types.h"
+#include "runtime/progress.h"
 #include "runtime/wire.h"
 
 namespace multislice::runtime {
@@ -161,6 +162,8 @@ class DeviceCollectives {
 
   // Bytes this device has sent over ICI and DCN since the start.
   const comm::TrafficCounters& counters() const { return counters_; }
+  // Where this device is in its collectives (for the hang digest).
+  const DeviceProgress& progress() const { return *progress_; }
 
  private:
   struct Streams;
@@ -192,6 +195,8 @@ class DeviceCollectives {
   std::map<std::pair<Axes, std::pair<int, int>>, std::unique_ptr<AxisGroup>>
       pairs_;
   uint64_t sequence_ = 0;
+  // Shared with the stream tasks, which may outlive a call's handle.
+  std::shared_ptr<DeviceProgress> progress_;
   std::unique_ptr<Streams> streams_;
 };
 

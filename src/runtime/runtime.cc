@@ -16,7 +16,8 @@ namespace multislice::runtime {
 
 Runtime::Runtime(const RuntimeOptions& options) : options_(options) {}
 Runtime::~Runtime() {
-  // Streams use the transports: stop them first.
+  // The watch reads the collectives' progress; streams use the transports.
+  hang_watch_.reset();
   collectives_.clear();
   dcn_.clear();
 }
@@ -73,7 +74,78 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(
   for (int id : rt->local_devices_) {
     rt->collectives_.push_back(std::make_unique<DeviceCollectives>(*rt, id));
   }
+  rt->StartHangWatch();
   return rt;
+}
+
+void Runtime::StartHangWatch() {
+  HangWatchOptions o;
+  o.store = store_.get();
+  o.process = process_index();
+  const int hosts = accelerator_.hosts_per_slice();
+  for (int p = 0; p < process_count(); ++p) {
+    o.names.push_back(WorkerName(p / hosts, p % hosts));
+  }
+  o.live = [this] { return live_processes(); };
+  o.report = [this] { return HangReport(); };
+  o.oldest_pending = [this] {
+    std::chrono::steady_clock::duration oldest{};
+    for (const auto& c : collectives_) {
+      oldest = std::max(oldest, c->progress().OldestPendingAge());
+    }
+    return oldest;
+  };
+  o.on_digest = [this](const HangDigest& digest) {
+    std::fprintf(stderr, "multislice: %s: %s", env().name().c_str(),
+                 FormatHangDigest(digest).c_str());
+    std::string culprits;
+    for (const HangCulprit& c : digest.culprits) {
+      culprits += (culprits.empty() ? "" : ", ") + c.name;
+    }
+    EndWithFailure(DeadlineExceeded(
+        "the job is stuck (" + digest.cause + "); suspected culprit(s): " +
+        (culprits.empty() ? "none found" : culprits) +
+        (digest.file.empty() ? "" : "; hang digest: " + digest.file)));
+  };
+  hang_watch_ = std::make_unique<HangWatch>(std::move(o));
+}
+
+void Runtime::ArmHangWatch(std::chrono::milliseconds threshold,
+                           const std::string& digest_path) {
+  hang_watch_->Arm(threshold, digest_path);
+}
+
+WorkerHangReport Runtime::HangReport() const {
+  WorkerHangReport r;
+  r.process = process_index();
+  r.name = env().name();
+  r.host = env().hostname();
+  // Devices of one pipeline stage issue the same collectives.
+  const auto stage = std::find(mesh_.axis_names.begin(), mesh_.axis_names.end(),
+                               std::string("stage"));
+  for (const auto& c : collectives_) {
+    DeviceHangState d;
+    d.progress = c->progress().Snapshot();
+    if (stage != mesh_.axis_names.end()) {
+      if (auto coords = mesh_.coords_of(c->device_id()); coords.ok()) {
+        d.program = (*coords)[stage - mesh_.axis_names.begin()];
+      }
+    }
+    r.devices.push_back(std::move(d));
+  }
+  return r;
+}
+
+void Runtime::EndWithFailure(const Status& failure) {
+  if (options_.on_device_error) {
+    options_.on_device_error(failure);
+    return;
+  }
+  std::fprintf(stderr, "multislice: %s: %s\n", env().name().c_str(),
+               failure.message().c_str());
+  std::fflush(stderr);
+  std::fflush(stdout);
+  ::_exit(1);
 }
 
 Status Runtime::ConnectDcn(const std::vector<int>& processes, int generation) {
@@ -332,16 +404,12 @@ Status Runtime::RunOnDevices(const std::function<Status(int)>& fn) {
     std::lock_guard<std::mutex> lock(mu);
     if (reported) return;
     reported = true;
-    const Status s = WithFirstFailure(failure);
-    if (options_.on_device_error) {
-      options_.on_device_error(s);
-      return;
+    if (hang_watch_ && hang_watch_->round_started()) {
+      // A peer that ended after the digest made this device fail: the round
+      // ends this process once it has the digest.
+      std::this_thread::sleep_for(hang_watch_->round_bound());
     }
-    std::fprintf(stderr, "multislice: %s: %s\n", env().name().c_str(),
-                 s.message().c_str());
-    std::fflush(stderr);
-    std::fflush(stdout);
-    ::_exit(1);
+    EndWithFailure(WithFirstFailure(failure));
   };
   std::vector<std::thread> threads;
   for (int i = 0; i < n; ++i) {

@@ -30,6 +30,7 @@
 #include "runtime/comm/dcn/communicator.h"
 #include "runtime/comm/dcn/store.h"
 #include "runtime/comm/ici/group.h"
+#include "runtime/hang_watch.h"
 #include "runtime/mesh/device_mesh.h"
 #include "runtime/mesh/topology.h"
 #include "runtime/trace.h"
@@ -127,6 +128,16 @@ class Runtime {
   // Returns ok, or calls on_device_error with the first failure.
   Status RunOnDevices(const std::function<Status(int local_index)>& fn);
 
+  // The hang digest (hang_watch.h): off until armed; from then a collective
+  // of this worker in flight longer than `threshold` (or another worker's
+  // alarm) starts the round. The digest is printed on stderr and the
+  // process ends as a failed device does (on_device_error or exit 1), the
+  // writer having written it to `digest_path` (when not empty).
+  void ArmHangWatch(std::chrono::milliseconds threshold,
+                    const std::string& digest_path);
+  // This worker's report: where each of its devices is in its collectives.
+  WorkerHangReport HangReport() const;
+
  private:
   explicit Runtime(const RuntimeOptions& options);
   // `failure`, naming the worker it started at when a peer's loss made this
@@ -137,6 +148,9 @@ class Runtime {
   Status ConnectDcn(const std::vector<int>& processes, int generation);
   // A restarted worker's side of AdmitSlices.
   Status JoinRunning();
+  void StartHangWatch();
+  // Ends the process for `failure` as a failed device does.
+  void EndWithFailure(const Status& failure);
   // Moves to `generation`: its communicators among `live` (which are
   // connected here), the lost slices and the rank table. Under
   // membership_mu_.
@@ -173,6 +187,7 @@ class Runtime {
     bool all_ok = true, result = true;
   } vote_;
   std::vector<std::unique_ptr<DeviceCollectives>> collectives_;
+  std::unique_ptr<HangWatch> hang_watch_;  // stopped before collectives_
   Trace* trace_ = nullptr;
 };
 

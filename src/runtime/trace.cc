@@ -6,6 +6,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "runtime/json_file.h"
+
 namespace multislice::runtime {
 
 int64_t Trace::NowMicros() {
@@ -61,19 +63,9 @@ Status Trace::WriteJson(const std::string& path) const {
                         {"dur", std::max<int64_t>(s.end_us - s.start_us, 0)}});
     }
   }
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return Internal("cannot write trace file " + tmp);
-    out << nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}
-               .dump();
-    out.flush();
-    if (!out) return Internal("cannot write trace file " + tmp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return Internal("cannot rename " + tmp + ": " + ec.message());
-  return OkStatus();
+  return WriteJsonFile(
+      path, nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}},
+      "trace file");
 }
 
 }  // namespace multislice::runtime
