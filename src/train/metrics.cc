@@ -383,14 +383,16 @@ Status SyncParentDirectory(const std::string& path) {
 
 }  // namespace
 
-Status WriteFileAtomically(const std::string& path, const std::string& data) {
+Status WriteFileAtomically(const std::string& path, const std::string& data,
+                           FileSync sync) {
+  const bool durable = sync == FileSync::kFsync;
   const std::string temp_path =
       path + ".tmp." + std::to_string(static_cast<long long>(::getpid()));
   int fd =
       ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Internal(ErrnoText("cannot create", temp_path));
   Status status = WriteFully(fd, data, temp_path);
-  if (status.ok() && ::fsync(fd) != 0) {
+  if (status.ok() && durable && ::fsync(fd) != 0) {
     status = Internal(ErrnoText("cannot fsync", temp_path));
   }
   if (::close(fd) != 0 && status.ok()) {
@@ -403,7 +405,7 @@ Status WriteFileAtomically(const std::string& path, const std::string& data) {
     ::unlink(temp_path.c_str());
     return status;
   }
-  return SyncParentDirectory(path);
+  return durable ? SyncParentDirectory(path) : OkStatus();
 }
 
 Status WriteLossPlotSvg(

@@ -84,10 +84,39 @@ class MetricsWriter {
 // and records steps k+1... again, so a step may have several records; the
 // one that counts is the one of the highest resume (CurrentStepRecords):
 // the earlier ones were trained by a start that stopped before the next
-// checkpoint, their time is goodput's "recomputed" (goodput.h). Nothing is
+// checkpoint, their time is goodput's wasted progress (goodput.h). Nothing is
 // removed from the file (a reader that wants every run of a step still has
 // it). Records without the field (older files) count as resume 0.
 inline constexpr char kResumeField[] = "resume";
+
+// Goodput's fields of a step record (goodput.h), in seconds unless said:
+//   "data_wait_s"         the part of step_time_s the step waited for its
+//                         batch (DataIterator::At);
+//   "checkpoint_block_s"  how long the saves after the previous step (a
+//                         checkpoint's or in-memory replica's copy-out, and
+//                         DiLoCo's settle before them) blocked training
+//                         before this step began; 0 when none;
+//   "goodput"             the run's goodput so far, 0 to 1: productive
+//                         seconds over the wall seconds since the run's
+//                         first start (the Reporter's running estimate;
+//                         `multislice goodput` computes it exactly);
+// and in the first step record of each start of the trainer:
+//   "start_time"          Unix seconds at which this start's runtime
+//                         start-up began;
+//   "runtime_init_s"      Runtime::Create (mesh, DCN connect, device
+//                         threads) and the start-up matmul peak;
+//   "restore_s"           reading the checkpoint or the in-memory replica,
+//                         with its broadcast (or a rejoining slice's state);
+//   "training_prep_s"     the rest until the first step began: dataset,
+//                         model, optimizer, data iterators, run directory.
+// The four start fields lie end to end from start_time to the first step.
+inline constexpr char kDataWaitField[] = "data_wait_s";
+inline constexpr char kCheckpointBlockField[] = "checkpoint_block_s";
+inline constexpr char kGoodputField[] = "goodput";
+inline constexpr char kStartTimeField[] = "start_time";
+inline constexpr char kRuntimeInitField[] = "runtime_init_s";
+inline constexpr char kRestoreField[] = "restore_s";
+inline constexpr char kTrainingPrepField[] = "training_prep_s";
 
 // One more than the highest resume of the step records in `records`, or 0
 // when there are none.
@@ -114,12 +143,17 @@ std::string ProgressBar(int64_t step, int64_t total, double elapsed_seconds,
 // second; negative or non-finite values as "--").
 std::string FormatDuration(double seconds);
 
+// Whether WriteFileAtomically makes the new file durable: kFsync for files
+// a crash must not lose, kRenameOnly for one rewritten so often that only
+// its readers' view matters (the Prometheus file, every step).
+enum class FileSync { kFsync, kRenameOnly };
+
 // Writes `contents` to `path` through a temporary file in the same
-// directory that is fsynced and renamed over it, so readers see the old file
-// or the new one (config.json, loss.svg). Errors name the file and
-// strerror(errno); the temporary file is removed.
-Status WriteFileAtomically(const std::string& path,
-                           const std::string& contents);
+// directory (`path`.tmp.<pid>) that is fsynced (kFsync) and renamed over
+// it, so readers see the old file or the new one (config.json, loss.svg).
+// Errors name the file and strerror(errno); the temporary file is removed.
+Status WriteFileAtomically(const std::string& path, const std::string& contents,
+                           FileSync sync = FileSync::kFsync);
 
 // Writes a self-contained SVG line chart of loss against step to `path`:
 // axes with tick labels, the train series (blue) and validation series
