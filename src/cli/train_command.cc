@@ -75,6 +75,12 @@ void ExitOnDeviceError(const Status& s) {
   ::_exit(ExitCodeFor(s));
 }
 
+double UnixSeconds() {
+  return std::chrono::duration<double>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 uint64_t FileBytes(const std::string& path) {
   std::error_code ec;
   const uintmax_t size = std::filesystem::file_size(path, ec);
@@ -191,8 +197,13 @@ int RunWorkerBody(const TrainConfig& config, const runtime::WorkerEnv& env,
   options.parallelism = Parallelism(config);
   options.timeout = std::chrono::seconds(flags.timeout_seconds);
   options.on_device_error = ExitOnDeviceError;
+  // Goodput's TPU_INITIALIZATION: the runtime's start-up and the peak below.
+  const double runtime_start_time = UnixSeconds();
+  const auto runtime_start = std::chrono::steady_clock::now();
   auto rt_or = runtime::Runtime::Create(options);
   if (!rt_or.ok()) return Fail(rt_or.status());
+  const std::chrono::duration<double> runtime_seconds =
+      std::chrono::steady_clock::now() - runtime_start;
   runtime::Runtime& rt = **rt_or;
   auto dataset = DatasetDirectory(config);
   if (!dataset.ok()) return Fail(dataset.status());
@@ -218,6 +229,7 @@ int RunWorkerBody(const TrainConfig& config, const runtime::WorkerEnv& env,
   trainer.quiet = flags.json;
   // MFU is against the measured matmul peak of one device while every device
   // of this host measures at once (`multislice peak` reports the same).
+  const auto peak_start = std::chrono::steady_clock::now();
   const compute::GemmDesc square{.m = 2048,
                                  .n = 2048,
                                  .k = 2048,
@@ -228,6 +240,10 @@ int RunWorkerBody(const TrainConfig& config, const runtime::WorkerEnv& env,
       bench::PeakTime::kStartup);
   if (!peak.ok()) return Fail(peak.status());
   trainer.peak_flops_per_device = peak->median_gflops * 1e9;
+  const std::chrono::duration<double> peak_seconds =
+      std::chrono::steady_clock::now() - peak_start;
+  trainer.runtime_start_time = runtime_start_time;
+  trainer.runtime_init_seconds = (runtime_seconds + peak_seconds).count();
 
   train::TrainSummary summary;
   Status s = train::RunTrainer(rt, trainer, &summary);

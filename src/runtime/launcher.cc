@@ -139,9 +139,14 @@ pid_t Spawn(const WorkerProcess& worker, int out_write, int err_write,
   ::_exit(127);
 }
 
+// A SIGTERM is followed by SIGCONT, as kill(1) and systemd do, so that a
+// stopped (hung) worker acts on it instead of holding the launcher for the
+// whole stop grace.
 void SignalAll(std::vector<Child>& children, int sig) {
   for (Child& c : children) {
-    if (c.running) ::kill(-c.pid, sig);
+    if (!c.running) continue;
+    ::kill(-c.pid, sig);
+    if (sig == SIGTERM) ::kill(-c.pid, SIGCONT);
   }
 }
 

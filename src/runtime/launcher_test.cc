@@ -67,6 +67,22 @@ TEST(LauncherTest, StdoutCanBeRelayedWithoutThePrefix) {
   EXPECT_EQ(err.Read(), "[a] note\n");
 }
 
+// A hung (stopped) worker ends on the stop's SIGTERM, not after the grace.
+TEST(LauncherTest, AStoppedWorkerIsEndedWithoutWaitingForTheGrace) {
+  CapturedOutput out, err;
+  LaunchOptions options;
+  options.workers = {Shell("kill -STOP $$; sleep 30", "[a] "),
+                     Shell("sleep 0.3; exit 3", "[b] ")};
+  options.out_fd = out.fd();
+  options.err_fd = err.fd();
+  options.stop_grace = std::chrono::seconds(30);
+  const auto start = Clock::now();
+  LaunchResult result = RunWorkers(options);
+  EXPECT_EQ(result.exit_code, 3);
+  EXPECT_EQ(result.failed_worker, 1);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+}
+
 TEST(LauncherTest, FirstFailureStopsTheOthersAndIsReturned) {
   CapturedOutput out, err;
   LaunchOptions options;

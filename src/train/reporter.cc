@@ -1,12 +1,21 @@
 #include "train/reporter.h"
 
+#include <algorithm>
 #include <cstdio>
+
+#include "train/goodput.h"
 
 namespace multislice::train {
 namespace {
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+double UnixNow() {
+  return std::chrono::duration<double>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -35,31 +44,14 @@ Status Reporter::Step(const StepRecord& r, int64_t first_step,
       options_.peak_flops_per_device > 0
           ? flops_per_step_ / r.seconds / options_.peak_flops_per_device
           : 0;
-  nlohmann::json record = {
-      {"step", r.step},
-      {"loss", r.loss},
-      {"lr", r.lr},
-      {"grad_norm", r.grad_norm},
-      {"step_time_s", r.seconds},
-      {"tokens_per_s", tokens_per_step_ * r.trained_share / r.seconds},
-      {"tflops_per_device", tflops},
-      {"attempt", attempt_},
-      {kResumeField, resume_},
-      {"time", std::chrono::duration<double>(
-                   std::chrono::system_clock::now().time_since_epoch())
-                   .count()}};
-  if (mfu > 0) record["mfu"] = mfu;
-  if (r.val_loss) record["val_loss"] = *r.val_loss;
-  record["dcn_bytes"] = r.dcn_bytes;
-  if (r.pipeline_bubble) {
-    record["pipeline_seconds"] = *r.pipeline_seconds;
-    record["pipeline_bubble"] = *r.pipeline_bubble;
-  }
+  const double now = UnixNow();
+  const double goodput = RollingGoodput(r, first_step, now);
   Status written;
   if (metrics_) {
-    written = metrics_->Write(record).WithContext(
-        "the metrics record of step " + std::to_string(r.step) +
-        " could not be written");
+    written =
+        metrics_->Write(Record(r, first_step, now, tflops, mfu, goodput))
+            .WithContext("the metrics record of step " +
+                         std::to_string(r.step) + " could not be written");
   }
   const auto x = static_cast<double>(r.step);
   train_points_.emplace_back(x, r.loss);
@@ -83,8 +75,67 @@ Status Reporter::Step(const StepRecord& r, int64_t first_step,
         Clock::now() - std::chrono::duration_cast<Clock::duration>(
                            std::chrono::duration<double>(r.seconds));
   }
-  if (!options_.quiet) Print(r, first_step, tflops, mfu);
+  if (!options_.quiet) Print(r, first_step, tflops, mfu, goodput);
   return written;
+}
+
+// The step's metrics.jsonl record (metrics.h), `now` its time.
+nlohmann::json Reporter::Record(const StepRecord& r, int64_t first_step,
+                                double now, double tflops, double mfu,
+                                double goodput) const {
+  nlohmann::json record = {
+      {"step", r.step},
+      {"loss", r.loss},
+      {"lr", r.lr},
+      {"grad_norm", r.grad_norm},
+      {"step_time_s", r.seconds},
+      {"tokens_per_s", tokens_per_step_ * r.trained_share / r.seconds},
+      {"tflops_per_device", tflops},
+      {"attempt", attempt_},
+      {kResumeField, resume_},
+      {"time", now}};
+  if (mfu > 0) record["mfu"] = mfu;
+  if (r.val_loss) record["val_loss"] = *r.val_loss;
+  record["dcn_bytes"] = r.dcn_bytes;
+  if (r.pipeline_bubble) {
+    record["pipeline_seconds"] = *r.pipeline_seconds;
+    record["pipeline_bubble"] = *r.pipeline_bubble;
+  }
+  record[kDataWaitField] = r.data_wait_seconds;
+  record[kCheckpointBlockField] = r.checkpoint_seconds;
+  record[kGoodputField] = goodput;
+  if (r.step == first_step && start_times_.start_time > 0) {
+    const StartTimes& t = start_times_;
+    record[kStartTimeField] = t.start_time;
+    record[kRuntimeInitField] = t.runtime_init_seconds;
+    record[kRestoreField] = t.restore_seconds;
+    record[kTrainingPrepField] =
+        std::max(0.0, now - r.seconds - t.start_time - t.runtime_init_seconds -
+                          t.restore_seconds);
+  }
+  return record;
+}
+
+// Productive seconds over the wall seconds since the run's first start:
+// the earlier starts' steps kept, then this start's step times without
+// their data wait; its first step counts once the second says what a
+// normal step takes, for no more than that (goodput.h's PROGRAM_STARTUP).
+double Reporter::RollingGoodput(const StepRecord& r, int64_t first_step,
+                                double now) {
+  const double compute = std::max(0.0, r.seconds - r.data_wait_seconds);
+  if (r.step == first_step) {
+    first_compute_ = compute;
+    const double start =
+        start_times_.start_time > 0 ? start_times_.start_time : now - r.seconds;
+    if (run_start_ <= 0 || start < run_start_) run_start_ = start;
+  } else if (r.step == first_step + 1) {
+    productive_ += std::min(first_compute_, compute) + compute;
+  } else {
+    productive_ += compute;
+  }
+  const double wall = now - run_start_;
+  if (!(wall > 0)) return 0;
+  return std::min(1.0, (earlier_productive_ + productive_) / wall);
 }
 
 Status Reporter::SyncMetrics() {
@@ -93,7 +144,7 @@ Status Reporter::SyncMetrics() {
 }
 
 void Reporter::Print(const StepRecord& r, int64_t first_step, double tflops,
-                     double mfu) {
+                     double mfu, double goodput) {
   const TrainConfig& c = options_.config;
   const bool log =
       r.step % c.log_period == 0 || r.step == c.steps || r.val_loss;
@@ -117,6 +168,8 @@ void Reporter::Print(const StepRecord& r, int64_t first_step, double tflops,
       std::snprintf(buf, sizeof buf, "  val_loss %.4f", *r.val_loss);
       line += buf;
     }
+    std::snprintf(buf, sizeof buf, "  goodput %.1f%%", 100 * goodput);
+    line += buf;
     if (!options_.show_progress && r.step < c.steps) {
       // Without a terminal's progress bar, each line says how long the
       // rest will take at the pace so far (evaluations and checkpoints
@@ -156,6 +209,8 @@ void Reporter::Plot() {
 }
 
 void Reporter::LoadHistory(int64_t up_to_step) {
+  earlier_productive_ = ProductiveSecondsUpTo(history_, up_to_step);
+  if (auto span = RecordSpan(history_)) run_start_ = span->first;
   for (const nlohmann::json& r : CurrentStepRecords(history_)) {
     const int64_t step = r.value("step", int64_t{-1});
     if (step < 1 || step > up_to_step) continue;

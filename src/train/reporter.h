@@ -1,8 +1,8 @@
 // What process 0 of a training job tells the user and writes to the run
 // directory: each step's line (or a progress bar on a terminal), the
-// metrics.jsonl records (with this start's resume index, metrics.h), the
-// loss plot (loss.svg, the earlier starts' points included) and the run's
-// TrainSummary. Used by device 0's thread only.
+// metrics.jsonl records (with this start's resume index and goodput's
+// fields, metrics.h), the loss plot (loss.svg, the earlier starts' points
+// included) and the run's TrainSummary. Used by device 0's thread only.
 #pragma once
 
 #include <chrono>
@@ -34,6 +34,19 @@ struct StepRecord {
   // The share of the global batch trained: below 1 once DiLoCo replicas
   // were lost (diloco_continue_on_failure); tokens/s count only it.
   double trained_share = 1.0;
+  // Goodput (metrics.h): the part of `seconds` spent waiting for the batch,
+  // and how long the saves after the previous step blocked training.
+  double data_wait_seconds = 0;
+  double checkpoint_seconds = 0;
+};
+
+// How this start of the trainer reached its first step (metrics.h's start
+// fields): when its runtime start-up began (Unix seconds), how long that
+// took and how long restoring took (seconds).
+struct StartTimes {
+  double start_time = 0;
+  double runtime_init_seconds = 0;
+  double restore_seconds = 0;
 };
 
 class Reporter {
@@ -50,7 +63,11 @@ class Reporter {
   // Earlier starts' points up to the step resumed from, each step's record
   // that counts (metrics.h), so the plot shows the whole run, also when
   // there is nothing left to train.
+  // The goodput so far starts from the productive time of those steps.
   void LoadHistory(int64_t up_to_step);
+
+  // This start's way to its first step, recorded with that step.
+  void NoteStart(const StartTimes& times) { start_times_ = times; }
 
   // Records a step (metrics.jsonl, the plot's points, the summary) and
   // prints its line; first_step is this start's first. A metrics record
@@ -67,8 +84,11 @@ class Reporter {
 
  private:
   using Clock = std::chrono::steady_clock;
-  void Print(const StepRecord& r, int64_t first_step, double tflops,
-             double mfu);
+  void Print(const StepRecord& r, int64_t first_step, double tflops, double mfu,
+             double goodput);
+  nlohmann::json Record(const StepRecord& r, int64_t first_step, double now,
+                        double tflops, double mfu, double goodput) const;
+  double RollingGoodput(const StepRecord& r, int64_t first_step, double now);
 
   const TrainerOptions& options_;
   const double flops_per_step_, tokens_per_step_;
@@ -83,6 +103,13 @@ class Reporter {
   Clock::time_point last_bar_{};
   double later_seconds_ = 0, later_mfu_ = 0, later_tokens_ = 0;
   int64_t later_steps_ = 0;
+  StartTimes start_times_;
+  // The goodput so far: the run's first start (Unix seconds), the
+  // productive seconds of the earlier starts' steps kept and of this
+  // start's, and this start's first step's compute (counted once the second
+  // says what a normal step takes, as goodput.h's PROGRAM_STARTUP).
+  double run_start_ = 0;
+  double earlier_productive_ = 0, productive_ = 0, first_compute_ = 0;
 };
 
 }  // namespace multislice::train

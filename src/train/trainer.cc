@@ -146,10 +146,12 @@ Status Trainer::TrainOnDevice(int local) {
   ASSIGN_OR_RETURN(std::unique_ptr<Device> d, StartDevice(local));
   const int64_t step_delay_ms = EnvInt("MULTISLICE_TEST_STEP_DELAY_MS");
   const int64_t kill_after = KillAfterStep(rt_.process_index());
+  double save_seconds = 0;  // what the last step's saves blocked
   for (int64_t step = d->start_step + 1; step <= config_.steps; ++step) {
     if (local == 0) current_step_ = step;
     ASSIGN_OR_RETURN(StepResult r, TrainStep(*d, step));
     if (r.stop) return saver_->Stop(local, step);
+    r.record.checkpoint_seconds = save_seconds;
     if (config_.eval_interval > 0 &&
         (step % config_.eval_interval == 0 || step == config_.steps)) {
       ASSIGN_OR_RETURN(r.record.val_loss, Evaluate(*d));
@@ -161,6 +163,7 @@ Status Trainer::TrainOnDevice(int local) {
         config_.enable_checkpointing &&
         (step % config_.checkpoint_period == 0 || step == config_.steps) &&
         !SkipsSaveWhileLost(local, step);
+    const Clock::time_point save_start = Clock::now();
     if (d->outer && (replica_step || checkpoint_step)) {
       RETURN_IF_ERROR(d->outer->Settle());
     }
@@ -174,6 +177,7 @@ Status Trainer::TrainOnDevice(int local) {
           d->train_data.state(),
           outer_writer ? StandIns(*d) : std::vector<StateShard>{});
     }
+    save_seconds = SecondsSince(save_start);
     if (step == d->admission.at) RETURN_IF_ERROR(AdmitSlices(*d, step));
     if (step_delay_ms > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
@@ -196,6 +200,7 @@ Result<Trainer::StepResult> Trainer::TrainStep(Device& d, int64_t step) {
   const Clock::time_point step_start = Clock::now();
   const uint64_t dcn_before = d.reporter_thread ? ProcessDcnBytes() : 0;
   const Batch batch = d.train_data.At(step - 1);
+  const double data_wait = SecondsSince(step_start);  // goodput's
   RETURN_IF_ERROR(d.plan.GatherWeights(d.state));
   ASSIGN_OR_RETURN(float loss, d.step->Train(batch, d.plan, d.state));
   // In one all-reduce over the replica (the whole mesh without DiLoCo): the
@@ -210,6 +215,7 @@ Result<Trainer::StepResult> Trainer::TrainStep(Device& d, int64_t step) {
   ASSIGN_OR_RETURN(r.stop, StopsAt(d, step, stats[2]));
   if (r.stop) return r;
   r.record.step = step;
+  r.record.data_wait_seconds = data_wait;
   r.record.loss = stats[0];
   r.record.grad_norm = d.optimizer.MeanNorm(static_cast<double>(stats[1]));
   r.record.lr = d.optimizer.Apply(step, r.record.grad_norm, d.state);

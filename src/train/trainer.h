@@ -84,6 +84,12 @@ struct TrainerOptions {
   // configuration needs about ...; the host had ... available"), for the
   // message of an allocation that fails (train/memory.h).
   std::string memory_note;
+  // When this worker's runtime start-up began (Unix seconds) and how long
+  // it took (seconds): Runtime::Create (mesh, DCN connect, device threads)
+  // and the start-up matmul peak, goodput's TPU_INITIALIZATION (metrics.h).
+  // 0: not measured; the start is then RunTrainer's call.
+  double runtime_start_time = 0;
+  double runtime_init_seconds = 0;
 };
 
 struct TrainSummary {

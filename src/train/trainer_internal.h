@@ -117,6 +117,7 @@ class Trainer {
   std::optional<FullState> restored_;
   int64_t restored_step_ = 0;
   std::optional<RestoredState> replica_;  // this host's, when newer
+  double restore_seconds_ = 0;  // reading them, for goodput (metrics.h)
   std::unique_ptr<Reporter> reporter_;
   std::unique_ptr<StateSaver> saver_;
   std::atomic<int64_t> current_step_{0};  // device 0's, for out-of-memory

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,10 @@
 
 namespace multislice::train::internal {
 namespace {
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
 
 // Where this worker keeps its in-memory replica: MULTISLICE_HOST_MEMORY_DIR
 // (set per host by an agent) or, for local slices that share one machine,
@@ -82,6 +87,25 @@ std::function<Status(const std::string&)> StoreBarrier(runtime::Runtime& rt) {
     }
     return OkStatus();
   };
+}
+
+// How this start reached its first step, for goodput (metrics.h): the
+// runtime's start-up as the caller measured it (else from the trainer's
+// start, `trainer_start`) and the restores' seconds.
+StartTimes ThisStart(const TrainerOptions& options,
+                     Clock::time_point trainer_start, double restore_seconds) {
+  StartTimes t;
+  t.start_time = options.runtime_start_time;
+  t.runtime_init_seconds = options.runtime_init_seconds;
+  if (t.start_time <= 0) {
+    t.start_time = std::chrono::duration<double>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count() -
+                   SecondsSince(trainer_start);
+    t.runtime_init_seconds = 0;
+  }
+  t.restore_seconds = restore_seconds;
+  return t;
 }
 
 // A device's iterator over `file`: its `rows` rows of the global batch,
@@ -297,8 +321,11 @@ Result<std::unique_ptr<Trainer::Device>> Trainer::StartDevice(int local) {
       {}});
   RETURN_IF_ERROR(StartOuterOptimizer(*d));
   const bool joining = rt_.joined_step().has_value();
+  const Clock::time_point restore_start = Clock::now();
   RETURN_IF_ERROR(joining ? JoinRunningJob(*d) : RestoreReplica(*d));
   if (d->reporter_thread) {
+    reporter_->NoteStart(ThisStart(
+        options_, start_, restore_seconds_ + SecondsSince(restore_start)));
     reporter_->LoadHistory(d->start_step);
     summary_->first_step = d->start_step + 1;
     summary_->last_step = d->start_step;
@@ -390,7 +417,9 @@ Status Trainer::RestoreCheckpoint() {
   // A rejoining slice takes the running job's state instead.
   if (!config_.enable_checkpointing || rt_.joined_step()) return OkStatus();
   std::vector<std::string> warnings;
+  const Clock::time_point load_start = Clock::now();
   Result<FullState> state = LoadLatestFullState(*checkpoints_, &warnings);
+  restore_seconds_ += SecondsSince(load_start);
   if (printer_) {
     for (const std::string& w : warnings) {
       std::fprintf(stderr, "multislice train: warning: %s\n", w.c_str());
@@ -487,7 +516,9 @@ void Trainer::OpenReplicas() {
   if (!latest.ok() || *latest <= restored_step_ || *latest > config_.steps) {
     return;
   }
+  const Clock::time_point load_start = Clock::now();
   Result<RestoredState> state = replicas_->Restore(*latest, 0);
+  restore_seconds_ += SecondsSince(load_start);
   if (state.ok()) {
     replica_ = std::move(*state);
   } else {
