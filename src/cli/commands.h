@@ -14,6 +14,8 @@ void AddDataCommand(CLI::App& root, CommandTable& table);
 void AddTrainCommand(CLI::App& root, CommandTable& table);
 void AddGenerateCommand(CLI::App& root, CommandTable& table);
 void AddJobCommand(CLI::App& root, CommandTable& table);
+// `goodput RUN_DIR`: a run's or job's goodput and badput buckets.
+void AddGoodputCommand(CLI::App& root, CommandTable& table);
 // `bench checkpoint`, a subcommand of `bench`.
 void AddBenchCheckpointCommand(CLI::App& bench, CommandTable& table);
 void AddControllerCommand(CLI::App& root, CommandTable& table);
@@ -44,6 +46,10 @@ inline void AddAllCommands(CLI::App& root, CommandTable& table) {
                   AddGenerateCommand);
   RegisterCommand(root, table, kTrainGroup,
                   "Training data tools (prepare the corpus)", AddDataCommand);
+  RegisterCommand(root, table, kTrainGroup,
+                  "Goodput and badput of a train run or a job, or of its "
+                  "last seconds",
+                  AddGoodputCommand);
   RegisterCommand(root, table, kPlanGroup,
                   "Print the device mesh of a parallelism configuration",
                   AddMeshCommand);

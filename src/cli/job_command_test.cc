@@ -5,7 +5,8 @@
 // the slice and restarts both, the startup script reruns the trainer, which
 // resumes; the job ends by itself. Every step's final loss equals the
 // uninterrupted run's (f32, bit for bit), and goodput.json accounts for the
-// failure. With in-memory recovery, the restored step is newer than the
+// failure, in ml-goodput-measurement's buckets that sum to the wall time.
+// With in-memory recovery, the restored step is newer than the
 // last checkpoint and came from slice 0's replica.
 #include <gtest/gtest.h>
 
@@ -192,6 +193,28 @@ JobRecords ReadRecords(const std::string& job_dir) {
   return r;
 }
 
+// goodput.json's buckets (train/goodput.h) with the productive time add up
+// to the wall time, the recovery's parts to the recovery, and the failure
+// cost both wasted progress and a recovery.
+void ExpectBucketsSumToTheWallTime(const json& goodput) {
+  const json& badput = goodput["badput"];
+  const json& recovery = badput["INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION"];
+  double sum = goodput.value("productive_seconds", 0.0);
+  for (const auto& [name, value] : badput.items()) {
+    sum +=
+        value.is_object() ? value.value("seconds", 0.0) : value.get<double>();
+  }
+  const double wall = goodput.value("wall_seconds", 0.0);
+  EXPECT_NEAR(sum, wall, 1e-6 * wall) << goodput.dump(2);
+  EXPECT_NEAR(recovery.value("detection_seconds", 0.0) +
+                  recovery.value("repair_seconds", 0.0) +
+                  recovery.value("restart_seconds", 0.0) +
+                  recovery.value("unsplit_seconds", 0.0),
+              recovery.value("seconds", -1.0), 1e-9);
+  EXPECT_GT(recovery.value("seconds", 0.0), 0.0) << goodput.dump(2);
+  EXPECT_EQ(badput.size(), 9u);
+}
+
 void ExpectSameLosses(const JobRecords& job, const std::vector<double>& ref) {
   ASSERT_EQ(job.final_loss.size(), ref.size());
   for (const auto& [step, loss] : job.final_loss) {
@@ -219,6 +242,17 @@ TEST_F(JobCommandTest, SelfHealingJobResumesFromTheCheckpoint) {
             0.0);
   EXPECT_GT(goodput.value("goodput_percent", 0.0), 0.0);
   EXPECT_LT(goodput.value("goodput_percent", 100.0), 100.0);
+  ExpectBucketsSumToTheWallTime(goodput);
+  // `multislice goodput` on the job's directory: the job's span and states.
+  Child query = Spawn({"goodput", job_dir, "--json"}, {}, dir_.path(), "gp");
+  ASSERT_EQ(WaitExit(query, 60), 0) << ReadFile(query.err);
+  const json again =
+      json::parse(testing_util::LastJsonLine(ReadFile(query.out)));
+  EXPECT_TRUE(again.value("job", false));
+  EXPECT_NEAR(again.value("wall_seconds", 0.0),
+              goodput.value("wall_seconds", -1.0), 1e-6);
+  EXPECT_NEAR(again.value("productive_seconds", 0.0),
+              goodput.value("productive_seconds", -1.0), 1e-6);
   // Issue 6's figure: host failure to the first step of the new attempt.
   const double recovery = records.last_attempt_first_step_start - failed_at_;
   std::printf(
@@ -252,6 +286,7 @@ TEST_F(JobCommandTest, InMemoryRecoveryRestoresANewerStepFromSlice0) {
   const json goodput = json::parse(ReadFile(job_dir + "/goodput.json"));
   EXPECT_EQ(goodput.value("failures", 0), 1);
   EXPECT_LE(goodput.value("recomputed_steps", 99), 1) << goodput.dump(2);
+  ExpectBucketsSumToTheWallTime(goodput);
   const double recovery = records.last_attempt_first_step_start - failed_at_;
   std::printf(
       "in-memory recovery of step %d: host failure to the first "
