@@ -19,10 +19,17 @@ packages=(
   chromium chromium-driver           # the console's browser test (headless)
   python3-torch                      # torch_ddp_test (DDP over 2 slices)
 )
-# A real Slurm cluster for tests (netns_cluster.sh --slurm, slurm_cluster_test):
-# daemons that the project starts itself, never as services of this machine.
+# Daemons that the project's tests start themselves, never as services of
+# this machine: a real Slurm cluster (netns_cluster.sh --slurm,
+# slurm_cluster_test) and a Prometheus server scraping the controller
+# (metrics_scrape_test).
 slurm_packages=(slurmctld slurmd slurm-client munge)
-packages+=("${slurm_packages[@]}")
+packages+=("${slurm_packages[@]}" prometheus)
+# The packages among them whose install starts a service, and those daemons'
+# process names (pgrep -x takes one name, of at most 15 characters).
+service_packages=(munge slurmctld slurmd prometheus)
+service_daemons=(munged slurmctld slurmd prometheus)
+is_service_package() { [[ " ${service_packages[*]} " == *" $1 "* ]]; }
 
 if [ "${1:-}" = "--peer" ]; then
   packages+=(libopenblas0-pthread)
@@ -47,33 +54,36 @@ echo "install_deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -q
 
-# The postinst scripts of munge, slurmctld and slurmd start their daemons
+# The postinst scripts of the service packages start their daemons
 # (invoke-rc.d) where the init system allows it. When one of them is to be
 # installed: a policy-rc.d that denies every start for the time of the
 # install, unless one is there already (container images ship one); and
 # whatever started all the same is stopped.
+installs_service=0
+for p in "${missing[@]}"; do
+  if is_service_package "$p"; then installs_service=1; fi
+done
 policy=/usr/sbin/policy-rc.d
 made_policy=0
-if [[ " ${missing[*]} " =~ \ (munge|slurmctld|slurmd)\  ]] && [ ! -e "$policy" ]; then
+if [ "$installs_service" = 1 ] && [ ! -e "$policy" ]; then
   trap '$sudo rm -f "$policy"' EXIT
   printf '#!/bin/sh\n# install_deps.sh: no service starts while it installs\nexit 101\n' |
     $sudo tee "$policy" > /dev/null
   $sudo chmod 755 "$policy"
   made_policy=1
 fi
-# pgrep -x takes one name (of at most 15 characters) at a time.
-slurm_daemons() {
+service_daemon_pids() {
   local name
-  for name in munged slurmctld slurmd; do pgrep -x "$name" || true; done
+  for name in "${service_daemons[@]}"; do pgrep -x "$name" || true; done
 }
-daemons_before=$(slurm_daemons)
+daemons_before=$(service_daemon_pids)
 code=0
 $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" || code=$?
 if [ "$made_policy" = 1 ]; then
   $sudo rm -f "$policy"
   trap - EXIT
 fi
-for pid in $(slurm_daemons); do
+for pid in $(service_daemon_pids); do
   # Only what this install started, not a daemon that ran before.
   if ! grep -qx "$pid" <<<"$daemons_before"; then
     echo "install_deps: stopping $(ps -o comm= -p "$pid") (pid $pid), started by its package"
@@ -83,10 +93,9 @@ done
 # Where systemd runs them, the services that this install enabled stay off.
 if [ -d /run/systemd/system ] && command -v systemctl > /dev/null; then
   for p in "${missing[@]}"; do
-    case "$p" in
-      munge|slurmctld|slurmd)
-        $sudo systemctl disable --now "$p" > /dev/null 2>&1 || true ;;
-    esac
+    if is_service_package "$p"; then
+      $sudo systemctl disable --now "$p" > /dev/null 2>&1 || true
+    fi
   done
 fi
 exit "$code"
