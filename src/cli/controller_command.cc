@@ -15,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -49,8 +50,9 @@ struct ControllerCommandFlags {
   std::vector<std::string> quotas;  // TIER=CHIPS
   std::string capacity = "agents";  // agents | slurm
   std::string slurm_partition;
-  std::string slurm_workdir;  // default: DATA_DIR/slurm
+  std::string slurm_workdir;                       // default: DATA_DIR/slurm
   std::vector<std::string> slurm_tier_partitions;  // TIER=PARTITION
+  std::string metrics_address;  // HOST:PORT; "": /metrics on --port only
 };
 
 // Whether any process of process group `group` is alive: zombies do not
@@ -81,6 +83,19 @@ bool GroupHasLiveProcess(int group) {
 int Fail(int code, const std::string& message) {
   std::fprintf(stderr, "%s: %s\n", kName, message.c_str());
   return code;
+}
+
+// --metrics_address HOST:PORT into the options' metrics listener; false
+// when it is not that.
+bool SetMetricsAddress(const std::string& address,
+                       control::ControllerOptions& options) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  const auto port = ParseInteger(address.substr(colon + 1));
+  if (!port || *port < 0 || *port > 65535) return false;
+  options.metrics_bind_address = address.substr(0, colon);
+  options.metrics_port = static_cast<int>(*port);
+  return true;
 }
 
 // "uids:BASE": local agent i runs its workers as uid BASE+1+i, group BASE,
@@ -259,6 +274,11 @@ int RunController(const ControllerCommandFlags& flags) {
     return Fail(2, "--capacity: '" + flags.capacity +
                        "' is not a capacity; expected agents or slurm");
   }
+  if (!flags.metrics_address.empty() &&
+      !SetMetricsAddress(flags.metrics_address, options)) {
+    return Fail(2, "--metrics_address: '" + flags.metrics_address +
+                       "' is not HOST:PORT with PORT from 0 to 65535");
+  }
   options.bind_address = flags.bind;
   options.advertise_address =
       flags.advertise_address.empty() ? flags.bind : flags.advertise_address;
@@ -287,6 +307,11 @@ int RunController(const ControllerCommandFlags& flags) {
                "%s: agents register with --token-file %s (it can only "
                "register a host)\n",
                kName, agent_token_file.c_str());
+  if ((*controller)->metrics_port() > 0) {
+    std::fprintf(stderr, "%s: metrics at http://%s:%d/metrics (no token)\n",
+                 kName, options.metrics_bind_address.c_str(),
+                 (*controller)->metrics_port());
+  }
 
   std::vector<pid_t> agents;
   std::map<pid_t, std::string> agent_dirs;
@@ -439,6 +464,12 @@ void AddControllerCommand(CLI::App& root, CommandTable& table) {
                 "--capacity slurm: the directory, seen at the same path by "
                 "every node, of the batch scripts, their output and the "
                 "workers' file:// store (default DATA_DIR/slurm).");
+  AddStringFlag(cmd, "metrics_address", &flags->metrics_address,
+                "HOST:PORT of a listener serving only GET /metrics (the "
+                "Prometheus text format) without the token, as exporters "
+                "do, e.g. 127.0.0.1:9464 (PORT 0 picks a free one). Without "
+                "it, /metrics is on --port only, behind the token "
+                "(docs/control.md, Metrics).");
   table[cmd] = [flags] { return RunController(*flags); };
 }
 

@@ -65,6 +65,19 @@ std::string QrName(const std::string& project, const std::string& zone,
          id;
 }
 
+namespace {
+
+// The ids of r's nodes in repair.
+std::set<std::string> RepairingNodes(const QueuedResourceRecord& r) {
+  std::set<std::string> ids;
+  for (const NodeRecord& n : r.nodes) {
+    if (n.state == "REPAIRING") ids.insert(n.node_id);
+  }
+  return ids;
+}
+
+}  // namespace
+
 ControlState::ControlState(const ControllerOptions& options,
                            std::unique_ptr<Store> store)
     : options_(options), store_(std::move(store)) {}
@@ -74,6 +87,9 @@ Status ControlState::Load() {
   const int64_t now = SteadyMs();
   for (QueuedResourceRecord& r : snapshot.queued_resources) {
     next_seq = std::max(next_seq, r.seq + 1);
+    // A repair under way before the restart completes here.
+    std::set<std::string> repairing = RepairingNodes(r);
+    if (!repairing.empty()) repairing_[r.name] = std::move(repairing);
     records[r.name] = std::move(r);
   }
   for (OperationRecord& op : snapshot.operations) ops[op.name] = op;
@@ -102,8 +118,31 @@ Status ControlState::Load() {
   return OkStatus();
 }
 
+void ControlState::CountRepairs(const QueuedResourceRecord& r) {
+  std::set<std::string> now = RepairingNodes(r);
+  auto it = repairing_.find(r.name);
+  const std::set<std::string> before =
+      it == repairing_.end() ? std::set<std::string>() : it->second;
+  for (const NodeRecord& n : r.nodes) {
+    const bool was = before.count(n.node_id) > 0;
+    counts.repairs_started += !was && now.count(n.node_id);
+    counts.repairs_completed += was && n.state == "READY";
+  }
+  if (now.empty()) {
+    repairing_.erase(r.name);
+  } else {
+    repairing_[r.name] = std::move(now);
+  }
+  // Records deleted during a repair are never persisted again.
+  for (auto gone = repairing_.begin(); gone != repairing_.end();) {
+    gone =
+        records.count(gone->first) ? std::next(gone) : repairing_.erase(gone);
+  }
+}
+
 Status ControlState::Persist(QueuedResourceRecord& r,
                              std::vector<OperationRecord> changed_ops) {
+  CountRepairs(r);
   r.RecordStateChange(WallMs());
   StoreChange change;
   change.put_queued_resources.push_back(r);
@@ -281,6 +320,7 @@ void ControlState::MarkLost(const std::string& host_id,
     host.lost = true;
     host.lost_at = SteadyMs();
     host.lost_reason = reason;
+    ++counts.hosts_lost;
     PersistHost(host).ok();
     Log(host_id + ": lost (" + reason + ")");
   }

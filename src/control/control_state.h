@@ -15,6 +15,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -139,11 +140,24 @@ class ControlState {
   int next_host = 1;
   // Record name -> host id -> steady ms before which r may not start.
   std::map<std::string, std::map<std::string, int64_t>> fences;
+  // Since this controller started, for /metrics (metrics.h).
+  struct Counts {
+    int64_t repairs_started = 0;    // a node of a record became REPAIRING
+    int64_t repairs_completed = 0;  // a REPAIRING node became READY
+    int64_t hosts_lost = 0;         // MarkLost of a host not lost before
+  } counts;
 
  private:
+  // Counts r's nodes that became REPAIRING or READY after REPAIRING since
+  // r was last persisted (repairing_).
+  void CountRepairs(const QueuedResourceRecord& r);
+
   const ControllerOptions& options_;
   std::unique_ptr<Store> store_;
   std::mt19937_64 rng_{std::random_device{}()};
+  // Record name -> the ids of its nodes REPAIRING when it was last
+  // persisted (records without one are absent).
+  std::map<std::string, std::set<std::string>> repairing_;
 };
 
 }  // namespace multislice::control

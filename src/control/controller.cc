@@ -18,6 +18,7 @@
 #include "control/control_state.h"
 #include "control/host_api.h"
 #include "control/http.h"
+#include "control/metrics.h"
 #include "control/public_api.h"
 #include "control/reconciler.h"
 #include "control/resource_api.h"
@@ -58,6 +59,19 @@ void SetListenOptions(int sock) {
   ::setsockopt(sock, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer, sizeof(defer));
 }
 
+// Binds `server` to address:port (0: any free port); the port, or -1.
+int Bind(httplib::Server& server, const std::string& address, int port) {
+  if (port == 0) return server.bind_to_any_port(address);
+  return server.bind_to_port(address, port) ? port : -1;
+}
+
+// The metrics listener: a scrape is one small GET, so a few threads, two
+// connections per address and short timeouts: a slow or hostile scraper
+// holds nothing the API or the agents use.
+constexpr int kMetricsThreads = 4;
+constexpr int kMetricsConnectionsPerAddress = 2;
+constexpr int kMetricsTimeoutSeconds = 2;
+
 // google.rpc.Status bodies for what the library answers itself (413, 404)
 // and for an exception a handler let escape (500).
 void SetErrorHandlers(httplib::Server& server) {
@@ -87,6 +101,17 @@ void SetErrorHandlers(httplib::Server& server) {
   });
 }
 
+// What the agents' and the metrics listeners share: short timeouts, no
+// Nagle delay, TCP_DEFER_ACCEPT, google.rpc.Status errors.
+void ConfigureSideServer(httplib::Server& server) {
+  server.set_payload_max_length(kMaxBodyBytes);
+  server.set_tcp_nodelay(true);
+  server.set_socket_options(SetListenOptions);
+  server.set_keep_alive_timeout(2);
+  server.set_read_timeout(2, 0);
+  SetErrorHandlers(server);
+}
+
 }  // namespace
 
 class Controller::Impl {
@@ -98,11 +123,13 @@ class Controller::Impl {
   void Stop();
   int port() const { return port_; }
   int agent_port() const { return agent_port_; }
+  int metrics_port() const { return metrics_port_; }
   std::vector<int> LastReportedWorkerGroups(const std::string& host);
   Status ReportHostLost(const std::string& host, const std::string& reason);
 
  private:
   void ConfigureServer();
+  void ConfigureMetricsServer();
   Status Listen();
 
   ControllerOptions options_;
@@ -112,13 +139,16 @@ class Controller::Impl {
   std::unique_ptr<HostApi> host_api_;
   std::unique_ptr<ResourceApi> resource_api_;
   std::unique_ptr<Reconciler> reconciler_;
+  std::unique_ptr<ControllerMetrics> metrics_;
   httplib::Server server_;
-  httplib::Server agent_server_;  // the agents' channel only
+  httplib::Server agent_server_;    // the agents' channel only
+  httplib::Server metrics_server_;  // GET /metrics only, without the token
   int port_ = 0;
   int agent_port_ = 0;
+  int metrics_port_ = 0;
   int listen_fd_ = -1;
-  std::thread server_thread_;
-  std::thread agent_server_thread_;
+  std::vector<httplib::Server*> listening_;  // bound by Listen()
+  std::vector<std::thread> server_threads_;  // one per listening_
   bool stopped_ = false;
 };
 
@@ -149,19 +179,26 @@ Status Controller::Impl::Init() {
   public_api_ = std::make_unique<PublicApi>(*state_);
   host_api_ = std::make_unique<HostApi>(*state_);
   resource_api_ = std::make_unique<ResourceApi>(*state_);
-  reconciler_ = std::make_unique<Reconciler>(*state_, *capacity_,
-                                             options_.cluster.get());
+  reconciler_ =
+      std::make_unique<Reconciler>(*state_, *capacity_, options_.cluster.get());
+  metrics_ = std::make_unique<ControllerMetrics>(*state_);
   ConfigureServer();
+  if (!options_.metrics_bind_address.empty()) ConfigureMetricsServer();
   RETURN_IF_ERROR(Listen());
-  server_thread_ = std::thread([this] { server_.listen_after_bind(); });
-  agent_server_thread_ =
-      std::thread([this] { agent_server_.listen_after_bind(); });
+  for (httplib::Server* s : listening_) {
+    server_threads_.emplace_back([s] { s->listen_after_bind(); });
+  }
   // cpp-httplib's stop() does nothing before its listen loop runs: wait
-  // for both, so that a Stop() right after Start() cannot hang.
+  // for every one, so that a Stop() right after Start() cannot hang.
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!(server_.is_running() && agent_server_.is_running()) &&
-         std::chrono::steady_clock::now() < deadline) {
+  auto all_running = [this] {
+    for (httplib::Server* s : listening_) {
+      if (!s->is_running()) return false;
+    }
+    return true;
+  };
+  while (!all_running() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   reconciler_->Start();
@@ -191,48 +228,58 @@ void Controller::Impl::ConfigureServer() {
   server_.set_keep_alive_timeout(2);
   server_.set_read_timeout(5, 0);
   SetErrorHandlers(server_);
+  metrics_->requests().Instrument(server_, "api");
   public_api_->Mount(server_, options_.token);
   resource_api_->Mount(server_, options_.token);
   host_api_->Mount(server_, options_.token);
+  metrics_->Mount(server_, options_.token);
   agent_server_.new_task_queue = [n = options_.agent_http_threads] {
     return new httplib::ThreadPool(static_cast<size_t>(n));
   };
-  agent_server_.set_payload_max_length(kMaxBodyBytes);
-  agent_server_.set_tcp_nodelay(true);
-  agent_server_.set_socket_options(SetListenOptions);
-  agent_server_.set_keep_alive_timeout(2);
-  agent_server_.set_read_timeout(2, 0);
-  SetErrorHandlers(agent_server_);
+  ConfigureSideServer(agent_server_);
+  metrics_->requests().Instrument(agent_server_, "agent");
   host_api_->MountAgentChannel(agent_server_, options_.token);
   // The console's static files need no token (they hold no data); every
   // API call they make carries it.
   MountConsole(server_);
 }
 
+void Controller::Impl::ConfigureMetricsServer() {
+  metrics_server_.new_task_queue = [this]() -> httplib::TaskQueue* {
+    return new ConnectionGate(kMetricsThreads, kMetricsConnectionsPerAddress,
+                              &metrics_port_);
+  };
+  ConfigureSideServer(metrics_server_);
+  metrics_server_.set_read_timeout(kMetricsTimeoutSeconds, 0);
+  metrics_server_.set_write_timeout(kMetricsTimeoutSeconds, 0);
+  metrics_->requests().Instrument(metrics_server_, "metrics");
+  metrics_->Mount(metrics_server_, /*token=*/"");
+}
+
 Status Controller::Impl::Listen() {
-  if (options_.port == 0) {
-    port_ = server_.bind_to_any_port(options_.bind_address);
-  } else {
-    port_ = server_.bind_to_port(options_.bind_address, options_.port)
-                ? options_.port
-                : -1;
-  }
+  port_ = Bind(server_, options_.bind_address, options_.port);
   if (port_ <= 0) {
     return Unavailable("cannot listen on " + options_.bind_address + ":" +
                        std::to_string(options_.port));
   }
   if (listen_fd_ >= 0) ::listen(listen_fd_, 1024);
-  agent_port_ = options_.agent_port == 0
-                    ? agent_server_.bind_to_any_port(options_.bind_address)
-                    : (agent_server_.bind_to_port(options_.bind_address,
-                                                  options_.agent_port)
-                           ? options_.agent_port
-                           : -1);
+  listening_.push_back(&server_);
+  agent_port_ = Bind(agent_server_, options_.bind_address, options_.agent_port);
   if (agent_port_ <= 0) {
     return Unavailable("cannot listen for agents on " + options_.bind_address +
                        ":" + std::to_string(options_.agent_port));
   }
+  listening_.push_back(&agent_server_);
   host_api_->set_agent_port(agent_port_);
+  if (options_.metrics_bind_address.empty()) return OkStatus();
+  metrics_port_ = Bind(metrics_server_, options_.metrics_bind_address,
+                       options_.metrics_port);
+  if (metrics_port_ <= 0) {
+    return Unavailable("cannot listen for metrics on " +
+                       options_.metrics_bind_address + ":" +
+                       std::to_string(options_.metrics_port));
+  }
+  listening_.push_back(&metrics_server_);
   return OkStatus();
 }
 
@@ -244,10 +291,8 @@ void Controller::Impl::Stop() {
     state_->stopping = true;
     state_->cv.notify_all();
   }
-  server_.stop();
-  agent_server_.stop();
-  if (server_thread_.joinable()) server_thread_.join();
-  if (agent_server_thread_.joinable()) agent_server_thread_.join();
+  for (httplib::Server* s : listening_) s->stop();
+  for (std::thread& t : server_threads_) t.join();
   if (reconciler_) reconciler_->Stop();
 }
 
@@ -297,6 +342,7 @@ Result<std::unique_ptr<Controller>> Controller::Start(
 
 int Controller::port() const { return impl_->port(); }
 int Controller::agent_port() const { return impl_->agent_port(); }
+int Controller::metrics_port() const { return impl_->metrics_port(); }
 Status Controller::ReportHostLost(const std::string& host,
                                   const std::string& reason) {
   return impl_->ReportHostLost(host, reason);

@@ -56,6 +56,12 @@ struct ControllerOptions {
   // answer tells agents which (heartbeatPort).
   int agent_port = 0;
   int agent_http_threads = 8;
+  // Prometheus metrics (docs/control.md, "Metrics"): GET /metrics on the API
+  // port behind the token, and, with a bind address here (controller
+  // --metrics_address), on a listener of its own without the token, as
+  // exporters serve them, with its own few threads and connection bound.
+  std::string metrics_bind_address;  // "": no such listener
+  int metrics_port = 0;              // 0: any free port
   // Before a host whose heartbeats stopped is declared lost, the controller
   // asks its agent directly (GET /agent/v1/health, this long): an agent that
   // answers is alive, and the silence was the network or this controller's
@@ -92,6 +98,8 @@ class Controller {
   int port() const;
   // The agents' channel port (ControllerOptions::agent_port).
   int agent_port() const;
+  // The metrics listener's port; 0 without one.
+  int metrics_port() const;
   // Treats the host whose id, agent address, hostname or workdir is `host`
   // as lost now (as `admin fail-host` does); for a supervisor that saw its
   // agent process exit. NotFound when no host matches.
