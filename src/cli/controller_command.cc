@@ -191,6 +191,11 @@ int RunController(const ControllerCommandFlags& flags) {
     }
     options.quota_chips[static_cast<int>(*tier)] = *chips;
   }
+  if (!flags.metrics_address.empty() &&
+      !SetMetricsAddress(flags.metrics_address, options)) {
+    return Fail(2, "--metrics_address: '" + flags.metrics_address +
+                       "' is not HOST:PORT with PORT from 0 to 65535");
+  }
   std::error_code ec;
   std::filesystem::create_directories(flags.data_dir, ec);
   if (ec) {
@@ -273,11 +278,6 @@ int RunController(const ControllerCommandFlags& flags) {
   } else if (flags.capacity != "agents") {
     return Fail(2, "--capacity: '" + flags.capacity +
                        "' is not a capacity; expected agents or slurm");
-  }
-  if (!flags.metrics_address.empty() &&
-      !SetMetricsAddress(flags.metrics_address, options)) {
-    return Fail(2, "--metrics_address: '" + flags.metrics_address +
-                       "' is not HOST:PORT with PORT from 0 to 65535");
   }
   options.bind_address = flags.bind;
   options.advertise_address =
