@@ -26,6 +26,7 @@ struct OpState {
   Status status;
   std::string what;
   uint64_t sequence = 0;  // the device's count of collectives issued
+  std::shared_ptr<DeviceProgress> progress;  // its device's
   std::vector<std::vector<std::byte>> scratch;
 
   std::byte* Scratch(size_t bytes) {
@@ -37,7 +38,13 @@ struct OpState {
 Status CollectiveHandle::Wait() {
   if (!op_) return OkStatus();
   std::unique_lock<std::mutex> lock(op_->mu);
-  op_->cv.wait(lock, [&] { return op_->done; });
+  if (!op_->done) {
+    const auto start = std::chrono::steady_clock::now();
+    op_->cv.wait(lock, [&] { return op_->done; });
+    if (op_->progress) {
+      op_->progress->AddWait(std::chrono::steady_clock::now() - start);
+    }
+  }
   return op_->status;
 }
 
@@ -111,6 +118,7 @@ CollectiveHandle DeviceCollectives::Launch(const std::string& what,
                                            const CollectiveHandle& after) {
   op->what = what;
   op->sequence = sequence_;
+  op->progress = progress_;
   op->num_phases = static_cast<int>(phases.size());
   progress_->Issued(op->sequence, what);
   if (phases.empty()) {

@@ -45,6 +45,13 @@ void DeviceProgress::Finished(uint64_t sequence) {
   pending_.erase(sequence);
 }
 
+void DeviceProgress::AddWait(std::chrono::steady_clock::duration waited) {
+  wait_ns_ +=
+      std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count();
+}
+
+double DeviceProgress::wait_seconds() const { return wait_ns_.load() * 1e-9; }
+
 DeviceProgressSnapshot DeviceProgress::Snapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
   DeviceProgressSnapshot s;

@@ -9,6 +9,7 @@
 // hang watch's), while the device thread and its streams record.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -60,6 +61,11 @@ class DeviceProgress {
   void PhaseStarted(uint64_t sequence, const std::string& phase);
   void Finished(uint64_t sequence);
 
+  // The device thread's time blocked in CollectiveHandle::Wait, in total:
+  // a step's compute is its wall time less what this grew by.
+  void AddWait(std::chrono::steady_clock::duration waited);
+  double wait_seconds() const;
+
   DeviceProgressSnapshot Snapshot() const;
   // How long the oldest unfinished collective has been issued; zero when
   // none is in flight.
@@ -79,6 +85,7 @@ class DeviceProgress {
   uint64_t hash_ = 0;
   std::deque<IssuedCollective> recent_;
   std::map<uint64_t, Pending> pending_;  // by sequence
+  std::atomic<int64_t> wait_ns_{0};
 };
 
 }  // namespace multislice::runtime

@@ -75,7 +75,29 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(
     rt->collectives_.push_back(std::make_unique<DeviceCollectives>(*rt, id));
   }
   rt->StartHangWatch();
+  // A restarted worker finds its first start's record (redis keeps keys
+  // once): hosts do not change with a restart of a local launcher's slice.
+  const std::string host = env.hostname();
+  try {
+    rt->store_->set("host/" + std::to_string(rt->process_index()),
+                    std::vector<char>(host.begin(), host.end()));
+  } catch (const std::exception&) {
+  }
   return rt;
+}
+
+const std::vector<std::string>& Runtime::process_hosts() {
+  if (!process_hosts_.empty()) return process_hosts_;
+  for (int p = 0; p < process_count(); ++p) {
+    std::string host = "?";
+    try {
+      const std::vector<char> bytes = store_->get("host/" + std::to_string(p));
+      host.assign(bytes.begin(), bytes.end());
+    } catch (const std::exception&) {
+    }
+    process_hosts_.push_back(host);
+  }
+  return process_hosts_;
 }
 
 void Runtime::StartHangWatch() {

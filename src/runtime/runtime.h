@@ -137,6 +137,9 @@ class Runtime {
                     const std::string& digest_path);
   // This worker's report: where each of its devices is in its collectives.
   WorkerHangReport HangReport() const;
+  // Every process's host (its DCN address), by process: each records its
+  // own in the store in Create; read once, on the first call.
+  const std::vector<std::string>& process_hosts();
 
  private:
   explicit Runtime(const RuntimeOptions& options);
@@ -188,6 +191,7 @@ class Runtime {
   } vote_;
   std::vector<std::unique_ptr<DeviceCollectives>> collectives_;
   std::unique_ptr<HangWatch> hang_watch_;  // stopped before collectives_
+  std::vector<std::string> process_hosts_;
   Trace* trace_ = nullptr;
 };
 

@@ -158,6 +158,21 @@ const Field kFields[] = {
     {"deterministic", &TrainConfig::deterministic,
      "use reduction orders that give bitwise-repeatable runs"},
     {"log_period", &TrainConfig::log_period, "steps between log lines"},
+    {"hang_timeout_seconds", &TrainConfig::hang_timeout_seconds,
+     "a collective not done after this long writes the hang digest and ends "
+     "the job; 0 = 5x the median step time, at least 30 s"},
+    {"straggler_report_interval", &TrainConfig::straggler_report_interval,
+     "steps between straggler reports; 0 = none"},
+    {"straggler_relative_threshold", &TrainConfig::straggler_relative_threshold,
+     "a worker whose compute is below this share of the fastest worker's "
+     "speed is a straggler"},
+    {"straggler_individual_threshold",
+     &TrainConfig::straggler_individual_threshold,
+     "a worker whose compute is below this share of its own best speed is a "
+     "straggler"},
+    {"prometheus_metrics_file", &TrainConfig::prometheus_metrics_file,
+     "a Prometheus text-format file worker 0 rewrites after every step; "
+     "empty = none"},
 };
 
 // MaxText's names for the same keys (its model-size names, and the
@@ -695,6 +710,16 @@ Status ValidateTrainConfig(const TrainConfig& c) {
                            "': expected bfloat16 (bf16) or float32 (f32)");
   }
   RETURN_IF_ERROR(CheckAtLeast("log_period", c.log_period, 1));
+  RETURN_IF_ERROR(CheckNumber("hang_timeout_seconds", c.hang_timeout_seconds, 0,
+                              true, kInfinity, false));
+  RETURN_IF_ERROR(CheckAtLeast("straggler_report_interval",
+                               c.straggler_report_interval, 0));
+  RETURN_IF_ERROR(CheckNumber("straggler_relative_threshold",
+                              c.straggler_relative_threshold, 0, false, 1,
+                              true));
+  RETURN_IF_ERROR(CheckNumber("straggler_individual_threshold",
+                              c.straggler_individual_threshold, 0, false, 1,
+                              true));
   return OkStatus();
 }
 

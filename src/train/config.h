@@ -119,6 +119,21 @@ struct TrainConfig {
   bool deterministic = false;
   int log_period = 1;  // steps between log lines
 
+  // Observability (docs/observability.md).
+  // A collective that has not completed this long makes every worker report
+  // where its devices are and one write the hang digest; 0 = automatic
+  // (5x the median step time, at least 30 s), always below the DCN timeout.
+  double hang_timeout_seconds = 0;
+  // Every straggler_report_interval steps (0: never) the workers' compute
+  // times are compared; a worker whose score against the fastest worker or
+  // against its own best is below the threshold is reported.
+  int straggler_report_interval = 10;
+  double straggler_relative_threshold = 0.7;
+  double straggler_individual_threshold = 0.7;
+  // A Prometheus text-format file worker 0 rewrites after every step (the
+  // node exporter's textfile collector reads it); "" = none.
+  std::string prometheus_metrics_file;
+
   friend bool operator==(const TrainConfig&, const TrainConfig&) = default;
 };
 

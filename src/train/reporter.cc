@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "train/goodput.h"
+#include "train/prometheus_file.h"
 
 namespace multislice::train {
 namespace {
@@ -53,6 +54,7 @@ Status Reporter::Step(const StepRecord& r, int64_t first_step,
             .WithContext("the metrics record of step " +
                          std::to_string(r.step) + " could not be written");
   }
+  WritePrometheus(r, mfu, goodput);
   const auto x = static_cast<double>(r.step);
   train_points_.emplace_back(x, r.loss);
   if (r.val_loss) val_points_.emplace_back(x, *r.val_loss);
@@ -76,6 +78,7 @@ Status Reporter::Step(const StepRecord& r, int64_t first_step,
                            std::chrono::duration<double>(r.seconds));
   }
   if (!options_.quiet) Print(r, first_step, tflops, mfu, goodput);
+  PrintStragglers(r);
   return written;
 }
 
@@ -104,6 +107,13 @@ nlohmann::json Reporter::Record(const StepRecord& r, int64_t first_step,
   record[kDataWaitField] = r.data_wait_seconds;
   record[kCheckpointBlockField] = r.checkpoint_seconds;
   record[kGoodputField] = goodput;
+  if (!r.stragglers.empty()) {
+    nlohmann::json stragglers = nlohmann::json::array();
+    for (const StragglerScore& s : r.stragglers) {
+      stragglers.push_back(s.ToJson());
+    }
+    record["stragglers"] = stragglers;
+  }
   if (r.step == first_step && start_times_.start_time > 0) {
     const StartTimes& t = start_times_;
     record[kStartTimeField] = t.start_time;
@@ -138,9 +148,50 @@ double Reporter::RollingGoodput(const StepRecord& r, int64_t first_step,
   return std::min(1.0, (earlier_productive_ + productive_) / wall);
 }
 
+// Rewrites prometheus_metrics_file, if set; a failure is a warning, said
+// once until a write works again.
+void Reporter::WritePrometheus(const StepRecord& r, double mfu,
+                               double goodput) {
+  dcn_bytes_total_ += r.dcn_bytes;
+  const std::string& path = options_.config.prometheus_metrics_file;
+  if (path.empty()) return;
+  TrainingSample sample;
+  sample.step = r.step;
+  sample.loss = r.loss;
+  sample.learning_rate = r.lr;
+  sample.grad_norm = r.grad_norm;
+  sample.step_seconds = r.seconds;
+  sample.tokens_per_second = tokens_per_step_ * r.trained_share / r.seconds;
+  sample.mfu = mfu;
+  sample.goodput = goodput;
+  sample.step_dcn_bytes = r.dcn_bytes;
+  sample.dcn_bytes_total = dcn_bytes_total_;
+  const Status s = WritePrometheusFile(
+      path, FormatTrainingMetrics(options_.config.run_name, sample));
+  if (!s.ok() && !prometheus_failing_) {
+    std::fprintf(stderr,
+                 "multislice train: warning: %s; training goes on (said "
+                 "again only after a write has worked)\n",
+                 s.message().c_str());
+  }
+  prometheus_failing_ = !s.ok();
+}
+
 Status Reporter::SyncMetrics() {
   if (!metrics_) return OkStatus();
   return metrics_->Sync().WithContext("the metrics could not be saved");
+}
+
+// One line on stderr for each straggler, quiet or not: a log line.
+void Reporter::PrintStragglers(const StepRecord& r) const {
+  for (const StragglerScore& s : r.stragglers) {
+    std::fprintf(stderr,
+                 "multislice train: straggler after step %lld: %s on %s "
+                 "computes %.3f s a step, %.2f of the fastest worker's speed "
+                 "and %.2f of its own best\n",
+                 static_cast<long long>(r.step), s.worker.c_str(),
+                 s.host.c_str(), s.seconds, s.relative, s.individual);
+  }
 }
 
 void Reporter::Print(const StepRecord& r, int64_t first_step, double tflops,
@@ -170,6 +221,9 @@ void Reporter::Print(const StepRecord& r, int64_t first_step, double tflops,
     }
     std::snprintf(buf, sizeof buf, "  goodput %.1f%%", 100 * goodput);
     line += buf;
+    for (const StragglerScore& s : r.stragglers) {
+      line += "  STRAGGLER " + s.worker;
+    }
     if (!options_.show_progress && r.step < c.steps) {
       // Without a terminal's progress bar, each line says how long the
       // rest will take at the pace so far (evaluations and checkpoints

@@ -2,7 +2,9 @@
 // directory: each step's line (or a progress bar on a terminal), the
 // metrics.jsonl records (with this start's resume index and goodput's
 // fields, metrics.h), the loss plot (loss.svg, the earlier starts' points
-// included) and the run's TrainSummary. Used by device 0's thread only.
+// included), the Prometheus file (prometheus_metrics_file,
+// prometheus_file.h) and the run's TrainSummary. Used by device 0's thread
+// only.
 #pragma once
 
 #include <chrono>
@@ -15,6 +17,7 @@
 
 #include "common/status.h"
 #include "train/metrics.h"
+#include "train/stragglers.h"
 #include "train/trainer.h"
 
 namespace multislice::train {
@@ -34,6 +37,9 @@ struct StepRecord {
   // The share of the global batch trained: below 1 once DiLoCo replicas
   // were lost (diloco_continue_on_failure); tokens/s count only it.
   double trained_share = 1.0;
+  // Every straggler_report_interval steps: the workers found slow
+  // (stragglers.h), on the record of the step they were scored after.
+  std::vector<StragglerScore> stragglers;
   // Goodput (metrics.h): the part of `seconds` spent waiting for the batch,
   // and how long the saves after the previous step blocked training.
   double data_wait_seconds = 0;
@@ -89,6 +95,8 @@ class Reporter {
   nlohmann::json Record(const StepRecord& r, int64_t first_step, double now,
                         double tflops, double mfu, double goodput) const;
   double RollingGoodput(const StepRecord& r, int64_t first_step, double now);
+  void WritePrometheus(const StepRecord& r, double mfu, double goodput);
+  void PrintStragglers(const StepRecord& r) const;
 
   const TrainerOptions& options_;
   const double flops_per_step_, tokens_per_step_;
@@ -110,6 +118,8 @@ class Reporter {
   // says what a normal step takes, as goodput.h's PROGRAM_STARTUP).
   double run_start_ = 0;
   double earlier_productive_ = 0, productive_ = 0, first_compute_ = 0;
+  uint64_t dcn_bytes_total_ = 0;
+  bool prometheus_failing_ = false;  // warned once until it works again
 };
 
 }  // namespace multislice::train

@@ -57,7 +57,16 @@ namespace internal {
 //                                         commit, so a test can kill it there.
 //   MULTISLICE_TEST_KILL_AFTER_STEP=p:s   process p kills itself (SIGKILL)
 //                                         after step s, so a test can lose
-//                                         a slice at a known step.
+//                                         a slice at a known step;
+//   MULTISLICE_TEST_STOP_AFTER_STEP=p:s   process p stops itself (SIGSTOP)
+//                                         after step s: a hung worker;
+//   MULTISLICE_TEST_SKIP_COLLECTIVE=p:s   process p skips step s's
+//                                         loss-and-norm all-reduce: workers
+//                                         whose programs differ;
+//   MULTISLICE_TEST_SLOW_WORKER=p:ms      process p's devices sleep ms in
+//                                         every step's compute: a
+//                                         straggler.
+// In each, p "*" names every process, and "p:n,q:m" several (summed).
 int64_t EnvInt(const char* name) {
   const char* v = std::getenv(name);
   return v ? std::strtoll(v, nullptr, 10) : 0;
@@ -71,17 +80,24 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// The step after which MULTISLICE_TEST_KILL_AFTER_STEP kills `process`, or
-// 0.
-int64_t KillAfterStep(int process) {
-  const char* v = std::getenv("MULTISLICE_TEST_KILL_AFTER_STEP");
-  const std::string spec = v ? v : "";
-  const size_t colon = spec.find(':');
-  if (colon == std::string::npos ||
-      std::atoi(spec.substr(0, colon).c_str()) != process) {
-    return 0;
+// The number a "p:n" test seam names for `process` (p "*": every one); a
+// list "p:n,q:m" sums what names it; 0 when nothing does.
+int64_t Seam(const char* seam, int process) {
+  const char* v = std::getenv(seam);
+  std::string spec = v ? v : "";
+  int64_t total = 0;
+  for (size_t start = 0; start < spec.size();) {
+    size_t end = spec.find(',', start);
+    if (end == std::string::npos) end = spec.size();
+    const std::string item = spec.substr(start, end - start);
+    start = end + 1;
+    const size_t colon = item.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string who = item.substr(0, colon);
+    if (who != "*" && std::atoi(who.c_str()) != process) continue;
+    total += std::atoll(item.substr(colon + 1).c_str());
   }
-  return std::atoll(spec.substr(colon + 1).c_str());
+  return total;
 }
 
 // Runs a device thread's training, turning an allocation that fails into
@@ -114,7 +130,9 @@ Trainer::Trainer(runtime::Runtime& rt, const TrainerOptions& options,
       model_(GptConfigOf(options.config)),
       num_devices_(static_cast<int>(rt.devices().size())),
       global_rows_(options.config.per_device_batch_size * num_devices_),
-      printer_(rt.process_index() == 0) {}
+      printer_(rt.process_index() == 0),
+      hang_threshold_(options.config.hang_timeout_seconds, rt.timeout()),
+      compute_seconds_(rt.local_devices().size()) {}
 
 Status Trainer::Run() {
   RETURN_IF_ERROR(model::gpt::ValidateConfig(model_));
@@ -145,13 +163,21 @@ Status Trainer::TrainOnDevice(int local) {
   compute::SetSingleThreaded();
   ASSIGN_OR_RETURN(std::unique_ptr<Device> d, StartDevice(local));
   const int64_t step_delay_ms = EnvInt("MULTISLICE_TEST_STEP_DELAY_MS");
-  const int64_t kill_after = KillAfterStep(rt_.process_index());
+  const int64_t kill_after =
+      Seam("MULTISLICE_TEST_KILL_AFTER_STEP", rt_.process_index());
+  const int64_t stop_after =
+      Seam("MULTISLICE_TEST_STOP_AFTER_STEP", rt_.process_index());
   double save_seconds = 0;  // what the last step's saves blocked
   for (int64_t step = d->start_step + 1; step <= config_.steps; ++step) {
     if (local == 0) current_step_ = step;
     ASSIGN_OR_RETURN(StepResult r, TrainStep(*d, step));
     if (r.stop) return saver_->Stop(local, step);
     r.record.checkpoint_seconds = save_seconds;
+    if (local == 0) ArmHangWatch(r.record.seconds);
+    if (config_.straggler_report_interval > 0 &&
+        step % config_.straggler_report_interval == 0) {
+      RETURN_IF_ERROR(ScoreStragglers(*d, r.record));
+    }
     if (config_.eval_interval > 0 &&
         (step % config_.eval_interval == 0 || step == config_.steps)) {
       ASSIGN_OR_RETURN(r.record.val_loss, Evaluate(*d));
@@ -182,10 +208,10 @@ Status Trainer::TrainOnDevice(int local) {
     if (step_delay_ms > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
     }
-    if (step == kill_after) {
+    if (step == kill_after || step == stop_after) {
       std::fflush(stdout);
       std::fflush(stderr);
-      ::raise(SIGKILL);
+      ::raise(step == kill_after ? SIGKILL : SIGSTOP);
     }
   }
   RETURN_IF_ERROR(saver_->Finish(local, config_.steps));
@@ -199,8 +225,13 @@ Status Trainer::TrainOnDevice(int local) {
 Result<Trainer::StepResult> Trainer::TrainStep(Device& d, int64_t step) {
   const Clock::time_point step_start = Clock::now();
   const uint64_t dcn_before = d.reporter_thread ? ProcessDcnBytes() : 0;
+  const double waited_before = d.plan.collectives().progress().wait_seconds();
   const Batch batch = d.train_data.At(step - 1);
   const double data_wait = SecondsSince(step_start);  // goodput's
+  if (const int64_t slow_ms =
+          Seam("MULTISLICE_TEST_SLOW_WORKER", rt_.process_index())) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
+  }
   RETURN_IF_ERROR(d.plan.GatherWeights(d.state));
   ASSIGN_OR_RETURN(float loss, d.step->Train(batch, d.plan, d.state));
   // In one all-reduce over the replica (the whole mesh without DiLoCo): the
@@ -210,7 +241,9 @@ Result<Trainer::StepResult> Trainer::TrainStep(Device& d, int64_t step) {
       loss * d.plan.ReplicaLossShare(),
       static_cast<float>(d.plan.ShardSquaredNorm(d.state.gradient)),
       saver_->FaultFlag(d.local)};
-  RETURN_IF_ERROR(d.plan.ReduceOverReplica(stats, 3, "loss-and-norm"));
+  if (step != Seam("MULTISLICE_TEST_SKIP_COLLECTIVE", rt_.process_index())) {
+    RETURN_IF_ERROR(d.plan.ReduceOverReplica(stats, 3, "loss-and-norm"));
+  }
   StepResult r;
   ASSIGN_OR_RETURN(r.stop, StopsAt(d, step, stats[2]));
   if (r.stop) return r;
@@ -228,6 +261,9 @@ Result<Trainer::StepResult> Trainer::TrainStep(Device& d, int64_t step) {
         [&] { return d.outer->Resend(coll); }));
   }
   r.record.seconds = SecondsSince(step_start);
+  compute_seconds_[d.local].push_back(
+      r.record.seconds -
+      (d.plan.collectives().progress().wait_seconds() - waited_before));
   if (const size_t lost = rt_.lost_slices().size(); lost > 0) {
     r.record.trained_share =
         1.0 - static_cast<double>(lost) / rt_.env().num_slices;
@@ -238,6 +274,13 @@ Result<Trainer::StepResult> Trainer::TrainStep(Device& d, int64_t step) {
   next.step = step;
   RETURN_IF_ERROR(d.train_data.Restore(next));
   return r;
+}
+
+// From the first step on, a collective of this worker in flight for longer
+// than the threshold writes the hang digest (runtime/hang_watch.h).
+void Trainer::ArmHangWatch(double step_seconds) {
+  rt_.ArmHangWatch(hang_threshold_.After(step_seconds),
+                   RunDirectory(config_) + "/hang_digest.json");
 }
 
 // What this process's devices have sent over DCN so far.

@@ -17,6 +17,7 @@
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/diloco.h"
+#include "train/hang_threshold.h"
 #include "train/metrics.h"
 #include "train/model_step.h"
 #include "train/optimizer.h"
@@ -101,6 +102,9 @@ class Trainer {
   int LowestLiveReplica() const;
   std::vector<StateShard> StandIns(const Device& d) const;
   void Report(Device& d, StepRecord& r);
+  void ArmHangWatch(double step_seconds);
+  Status ScoreStragglers(Device& d, StepRecord& record);
+  DeviceLayout StragglerLayout();
   void FreeReplicas();
 
   runtime::Runtime& rt_;
@@ -121,6 +125,11 @@ class Trainer {
   std::unique_ptr<Reporter> reporter_;
   std::unique_ptr<StateSaver> saver_;
   std::atomic<int64_t> current_step_{0};  // device 0's, for out-of-memory
+  HangThreshold hang_threshold_;          // local device 0's
+  std::unique_ptr<StragglerDetector> stragglers_;  // the reporter thread's
+  // By local device: the compute seconds (wall less waits in collectives)
+  // of its steps since the last straggler scores.
+  std::vector<std::vector<double>> compute_seconds_;
 };
 
 }  // namespace multislice::train::internal
