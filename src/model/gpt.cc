@@ -13,6 +13,7 @@
 #include "compute/matmul.h"
 #include "compute/random.h"
 #include "model/tensor_shard.h"
+#include "runtime/trace.h"
 
 namespace multislice::model::gpt {
 
@@ -473,6 +474,8 @@ Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
   };
 
   if (stage_.first()) {
+    runtime::OpSpans trace("encoder", 0, "forward");
+    trace.Next("embed");
     ops::EncoderForward(a.encoded.data(), tokens, params + layout_[wte_].offset,
                         params + layout_[wpe_].offset, B, T, C);
   } else {
@@ -483,32 +486,40 @@ Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
     LayerActivations& la = a.layers[l];
     auto p = [&](int index) { return params + LayerOffset(l, index); };
     auto pw = [&](int index) { return w(LayerOffset(l, index)); };
+    runtime::OpSpans trace("layer", l, "forward");
+    trace.Next("ln1");
     ops::LayerNormForward(la.ln1.data(), la.ln1_mean.data(), la.ln1_rstd.data(),
                           residual, p(kLn1W), p(kLn1B), N, C);
+    trace.Next("qkv");
     RETURN_IF_ERROR(matmul_->LinearForward(
         la.qkv.data(), matmul_->Prepare(la.ln1.data(), N * C, la.ln1_16),
         pw(kQkvW), p(kQkvB), N, C, 3 * A));
     // qkv in bf16 once, for the attention's forward and backward.
     const uint16_t* qkv16 =
         matmul_->Prepare(la.qkv.data(), N * 3 * A, la.qkv_16).bf16;
+    trace.Next("attention");
     RETURN_IF_ERROR(ops::AttentionForward(la.atty.data(), la.att.data(),
                                           a.att_scratch.data(), la.qkv.data(),
                                           B, T, A, NH, mm_type, qkv16));
     // residual2 = residual + attn_proj(...), the add in the matmul. Under
     // tensor parallelism each rank's product is a partial sum: rank 0 adds
     // the bias and the residual, the all-reduce the rest.
+    trace.Next("attn_proj");
     RETURN_IF_ERROR(matmul_->LinearForward(
         la.residual2.data(),
         matmul_->Prepare(la.atty.data(), N * A, la.atty_16), pw(kAttnProjW),
         rank0 ? p(kAttnProjB) : nullptr, N, A, C, rank0 ? residual : nullptr));
     RETURN_IF_ERROR(TensorAllReduce(la.residual2.data(), N * C));
+    trace.Next("ln2");
     ops::LayerNormForward(la.ln2.data(), la.ln2_mean.data(), la.ln2_rstd.data(),
                           la.residual2.data(), p(kLn2W), p(kLn2B), N, C);
+    trace.Next("fc");
     RETURN_IF_ERROR(matmul_->LinearForward(
         la.fch.data(), matmul_->Prepare(la.ln2.data(), N * C, la.ln2_16),
         pw(kFcW), p(kFcB), N, C, H));
     // GELU, and its derivative kept in fch's place for the backward (one
     // sigmoid for both).
+    trace.Next("gelu");
     Matmul::Operand gelu{la.fch_gelu.data(), nullptr};
     if (mm_type == DType::kF32) {
       ops::GeluForwardSaveGrad(la.fch.data(), la.fch_gelu.data(), nullptr,
@@ -521,6 +532,7 @@ Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
       gelu.bf16 = la.fch_gelu_16.data();
     }
     // residual3 = residual2 + fc_proj(gelu), the add in the matmul.
+    trace.Next("fc_proj");
     RETURN_IF_ERROR(matmul_->LinearForward(
         la.residual3.data(), gelu, pw(kFcProjW), rank0 ? p(kFcProjB) : nullptr,
         N, H, C, rank0 ? la.residual2.data() : nullptr));
@@ -529,6 +541,8 @@ Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
   }
   have_forward_ = true;
   if (!stage_.last()) return 0.0f;
+  runtime::OpSpans trace("head", 0, "forward");
+  trace.Next("lnf");
   const size_t lnf_index = static_cast<size_t>(lnf_);
   ops::LayerNormForward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(),
                         residual, params + layout_[lnf_index].offset,
@@ -539,11 +553,13 @@ Result<float> GptModel::Forward(const float* params, const int32_t* tokens,
   head.n = V;
   head.k = C;
   head.transpose_b = true;
+  trace.Next("logits");
   RETURN_IF_ERROR(matmul_->Run(head,
                                matmul_->Prepare(a.lnf.data(), N * C, a.lnf_16),
                                w(layout_[wte_].offset), a.logits.data()));
   if (targets == nullptr) return 0.0f;
 
+  trace.Next("cross_entropy");
   a.targets.assign(targets, targets + N);
   ops::CrossEntropyForward(a.losses.data(), a.probs.data(), a.logits.data(),
                            targets, N, V);
@@ -582,12 +598,15 @@ Status GptModel::Backward(const float* params, float* grads,
   };
   float* dwte = wte_ >= 0 ? grads + layout_[wte_].offset : nullptr;
   if (stage_.last()) {
+    runtime::OpSpans trace("head", 0, "backward");
+    trace.Next("cross_entropy");
     std::fill(a.dlosses.begin(), a.dlosses.end(), 1.0f / static_cast<float>(N));
     Zero(a.dlogits);
     ops::CrossEntropySoftmaxBackward(a.dlogits.data(), a.dlosses.data(),
                                      a.probs.data(), a.targets.data(), N, V);
     // logits = lnf @ wte^T: dlnf = dlogits @ wte, dwte = dlogits^T @ lnf (the
     // first write of dwte; the encoder adds its part at the end).
+    trace.Next("logits");
     const Operand dlogits = matmul_->Prepare(a.dlogits.data(), N * V, a.dout16);
     compute::GemmDesc dx;
     dx.m = N;
@@ -603,6 +622,7 @@ Status GptModel::Backward(const float* params, float* grads,
     RETURN_IF_ERROR(matmul_->Run(dw, dlogits,
                                  Operand{a.lnf.data(), a.lnf_16.data()}, dwte));
 
+    trace.Next("lnf");
     const size_t lnf_index = static_cast<size_t>(lnf_);
     const float* last_residual =
         L > 0 ? a.layers[L - 1].residual3.data() : a.encoded.data();
@@ -631,6 +651,8 @@ Status GptModel::Backward(const float* params, float* grads,
     auto p = [&](int index) { return params + LayerOffset(l, index); };
     auto pw = [&](int index) { return w(LayerOffset(l, index)); };
     auto g = [&](int index) { return grads + LayerOffset(l, index); };
+    runtime::OpSpans trace("layer", l, "backward");
+    trace.Next("fc_proj");
     // residual3 = residual2 + fc_proj(...): both get dresidual.
     // d.fch = (dresidual @ fc_proj.w^T) * GELU'(fch): the GELU's backward is
     // the matmul's epilogue, with the derivative the forward kept in fch.
@@ -642,12 +664,14 @@ Status GptModel::Backward(const float* params, float* grads,
     const Operand dfch = matmul_->Prepare(d.fch.data(), N * H, a.dout16);
     // Column-parallel fc: each rank's input gradient is a partial sum,
     // all-reduced while the weight gradient computes.
+    trace.Next("fc");
     TensorParallel::Wait ln2_summed;
     RETURN_IF_ERROR(matmul_->LinearBackward(
         d.ln2.data(), 0.0f, g(kFcW), g(kFcB), dfch,
         Operand{la.ln2.data(), la.ln2_16.data()}, pw(kFcW), N, C, H, nullptr,
         [&] { ln2_summed = StartTensorAllReduce(d.ln2.data(), N * C); }));
     RETURN_IF_ERROR(ln2_summed());
+    trace.Next("ln2");
     // d.residual2 = dresidual (skip path) + LayerNorm's input gradient.
     std::copy(a.dresidual.begin(), a.dresidual.end(), d.residual2.begin());
     std::fill(g(kLn2W), g(kLn2W) + C, 0.0f);
@@ -655,16 +679,19 @@ Status GptModel::Backward(const float* params, float* grads,
     ops::LayerNormBackward(d.residual2.data(), g(kLn2W), g(kLn2B), d.ln2.data(),
                            la.residual2.data(), p(kLn2W), la.ln2_mean.data(),
                            la.ln2_rstd.data(), N, C);
+    trace.Next("attn_proj");
     // residual2 = block_input + attn_proj(...).
     RETURN_IF_ERROR(matmul_->LinearBackward(
         d.atty.data(), 0.0f, g(kAttnProjW), g(kAttnProjB),
         matmul_->Prepare(d.residual2.data(), N * C, a.dout16),
         Operand{la.atty.data(), la.atty_16.data()}, pw(kAttnProjW), N, A, C));
+    trace.Next("attention");
     Zero(d.qkv);
     RETURN_IF_ERROR(ops::AttentionBackward(
         d.qkv.data(), a.att_scratch.data(), d.atty.data(), la.qkv.data(),
         la.att.data(), B, T, A, NH, mm_type,
         mm_type == DType::kF32 ? nullptr : la.qkv_16.data()));
+    trace.Next("qkv");
     TensorParallel::Wait ln1_summed;
     RETURN_IF_ERROR(matmul_->LinearBackward(
         d.ln1.data(), 0.0f, g(kQkvW), g(kQkvB),
@@ -673,6 +700,7 @@ Status GptModel::Backward(const float* params, float* grads,
         nullptr,
         [&] { ln1_summed = StartTensorAllReduce(d.ln1.data(), N * C); }));
     RETURN_IF_ERROR(ln1_summed());
+    trace.Next("ln1");
     std::copy(d.residual2.begin(), d.residual2.end(), a.dresidual.begin());
     std::fill(g(kLn1W), g(kLn1W) + C, 0.0f);
     std::fill(g(kLn1B), g(kLn1B) + C, 0.0f);
@@ -686,6 +714,8 @@ Status GptModel::Backward(const float* params, float* grads,
     // first.
     if (!stage_.last()) ZeroTensor(grads, static_cast<size_t>(wte_));
     ZeroTensor(grads, static_cast<size_t>(wpe_));  // rows at or past T: 0
+    runtime::OpSpans trace("encoder", 0, "backward");
+    trace.Next("embed");
     ops::EncoderBackward(dwte, grads + layout_[wpe_].offset, a.dresidual.data(),
                          a.tokens.data(), B, T, C);
     done(0, layout_[wpe_].offset + layout_[wpe_].size);

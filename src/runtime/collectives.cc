@@ -130,7 +130,9 @@ CollectiveHandle DeviceCollectives::Launch(const std::string& what,
   // own waits are bounded by the timeout, so this only guards against bugs.
   const auto guard = runtime_.timeout() * 3;
   std::shared_ptr<OpState> dependency = after.op_;
-  Trace* trace = runtime_.trace();
+  // The issuing device thread's trace while it traces a step, else the
+  // runtime's (the shardings workload's, for the whole run).
+  Trace* trace = ThreadTrace() ? ThreadTrace() : runtime_.trace();
   const int device = device_id_;
   std::shared_ptr<DeviceProgress> progress = progress_;
   for (int i = 0; i < op->num_phases; ++i) {

@@ -36,7 +36,8 @@ Status Trace::WriteJson(const std::string& path) const {
   nlohmann::json events = nlohmann::json::array();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    static const char* kTrackNames[] = {"compute", "ICI", "DCN"};
+    static const char* kTrackNames[] = {
+        "compute", "ICI", "DCN", "checkpoint copy-out", "checkpoint write"};
     for (const auto& [device, name] : device_names_) {
       events.push_back({{"name", "process_name"},
                         {"ph", "M"},
@@ -46,7 +47,7 @@ Status Trace::WriteJson(const std::string& path) const {
                         {"ph", "M"},
                         {"pid", device},
                         {"args", {{"sort_index", device}}}});
-      for (int t = 0; t < 3; ++t) {
+      for (int t = 0; t < 5; ++t) {
         events.push_back({{"name", "thread_name"},
                           {"ph", "M"},
                           {"pid", device},
@@ -66,6 +67,46 @@ Status Trace::WriteJson(const std::string& path) const {
   return WriteJsonFile(
       path, nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}},
       "trace file");
+}
+
+namespace {
+thread_local Trace* thread_trace = nullptr;
+thread_local int thread_trace_device = 0;
+}  // namespace
+
+void SetThreadTrace(Trace* trace, int device) {
+  thread_trace = trace;
+  thread_trace_device = device;
+}
+Trace* ThreadTrace() { return thread_trace; }
+int ThreadTraceDevice() { return thread_trace_device; }
+
+OpSpans::OpSpans(const char* what, int index, const char* phase)
+    : trace_(thread_trace), device_(thread_trace_device) {
+  if (!trace_) return;
+  scope_ = std::string(what) + " " + std::to_string(index) + " " + phase;
+  scope_start_ = Trace::NowMicros();
+}
+
+OpSpans::~OpSpans() {
+  if (!trace_) return;
+  const int64_t now = Trace::NowMicros();
+  EndOp(now);
+  trace_->Add(device_, Track::kCompute, std::move(scope_), scope_start_, now);
+}
+
+void OpSpans::Next(const char* op) {
+  if (!trace_) return;
+  const int64_t now = Trace::NowMicros();
+  EndOp(now);
+  op_ = scope_ + "/" + op;
+  op_start_ = now;
+}
+
+void OpSpans::EndOp(int64_t now) {
+  if (op_.empty()) return;
+  trace_->Add(device_, Track::kCompute, std::move(op_), op_start_, now);
+  op_.clear();
 }
 
 }  // namespace multislice::runtime

@@ -1,6 +1,7 @@
 // A timeline of what each device did, written as a Chrome trace (JSON, opens
 // in Perfetto or chrome://tracing): one process row per device, with one
-// track each for compute, ICI and DCN spans.
+// track each for compute, ICI and DCN spans, and two for checkpoints (the
+// copy-out, and the host's writing on its first device's row).
 //
 // Times are wall-clock microseconds (system_clock), so the files that the
 // workers of one job write line up when loaded together.
@@ -17,7 +18,13 @@
 
 namespace multislice::runtime {
 
-enum class Track { kCompute = 0, kIci = 1, kDcn = 2 };
+enum class Track {
+  kCompute = 0,
+  kIci = 1,
+  kDcn = 2,
+  kCheckpoint = 3,       // a save's copy-out on the device thread
+  kCheckpointWrite = 4,  // its writing, in the background
+};
 
 class Trace {
  public:
@@ -70,6 +77,36 @@ class ScopedSpan {
   Track track_;
   std::string name_;
   int64_t start_;
+};
+
+// The trace the calling thread records into and its device: set by a
+// device thread for the steps it traces (null: none), read by the compute
+// spans below and by the collectives it launches.
+void SetThreadTrace(Trace* trace, int device);
+Trace* ThreadTrace();
+int ThreadTraceDevice();
+
+// Consecutive compute spans inside one enclosing span, on the calling
+// thread's trace (nothing at all without one): e.g. a layer's forward,
+//   OpSpans ops("layer", 3, "forward");  // span "layer 3 forward"
+//   ops.Next("ln1"); ...; ops.Next("qkv"); ...   // "layer 3 forward/ln1"
+// Next ends the op before; the destructor ends the last and the scope.
+class OpSpans {
+ public:
+  OpSpans(const char* what, int index, const char* phase);
+  ~OpSpans();
+  void Next(const char* op);
+  OpSpans(const OpSpans&) = delete;
+  OpSpans& operator=(const OpSpans&) = delete;
+
+ private:
+  void EndOp(int64_t now);
+  Trace* const trace_;
+  const int device_;
+  std::string scope_;
+  int64_t scope_start_ = 0;
+  std::string op_;
+  int64_t op_start_ = 0;
 };
 
 }  // namespace multislice::runtime

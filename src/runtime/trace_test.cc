@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
@@ -48,7 +50,39 @@ TEST(TraceTest, WritesChromeTraceWithOneRowPerDeviceAndThreeTracks) {
   }
   EXPECT_EQ(spans, 401);
   EXPECT_EQ(names, 2);
-  EXPECT_EQ(tracks, 6);
+  EXPECT_EQ(tracks, 10);
+}
+
+TEST(TraceTest, OpSpansNestInTheirScopeOnTheThreadsTrace) {
+  Trace trace;
+  { OpSpans none("layer", 0, "forward"); none.Next("ln1"); }
+  EXPECT_EQ(trace.size(), 0u);  // no thread trace: nothing
+  SetThreadTrace(&trace, 5);
+  {
+    OpSpans ops("layer", 2, "backward");
+    ops.Next("mlp");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    ops.Next("attention");
+  }
+  SetThreadTrace(nullptr, 0);
+  TempDir dir;
+  ASSERT_TRUE(trace.WriteJson(dir.path() + "/t.json").ok());
+  nlohmann::json doc = nlohmann::json::parse(std::ifstream(dir.path() + "/t.json"));
+  std::map<std::string, nlohmann::json> spans;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] == "X") spans[e["name"]] = e;
+  }
+  ASSERT_EQ(spans.size(), 3u);
+  const auto& scope = spans["layer 2 backward"];
+  const auto& mlp = spans["layer 2 backward/mlp"];
+  const auto& att = spans["layer 2 backward/attention"];
+  EXPECT_EQ(scope["pid"], 5);
+  EXPECT_GE(mlp["dur"].get<int64_t>(), 2000);
+  EXPECT_LE(scope["ts"].get<int64_t>(), mlp["ts"].get<int64_t>());
+  EXPECT_LE(mlp["ts"].get<int64_t>() + mlp["dur"].get<int64_t>(),
+            att["ts"].get<int64_t>());
+  EXPECT_LE(att["ts"].get<int64_t>() + att["dur"].get<int64_t>(),
+            scope["ts"].get<int64_t>() + scope["dur"].get<int64_t>());
 }
 
 TEST(TraceTest, UnwritablePathIsAnError) {

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "common/cpu_isa.h"
+#include "runtime/trace.h"
 
 namespace multislice {
 namespace {
@@ -421,7 +422,12 @@ Status CheckpointManager::RunSaveCatching(const SaveJob& job) {
   const std::string context =
       "checkpoint of step " + std::to_string(job.step) + " failed";
   try {
-    return RunSave(job);
+    const int64_t start = runtime::Trace::NowMicros();
+    Status status = RunSave(job);
+    if (options_.on_written) {
+      options_.on_written(job.step, start, runtime::Trace::NowMicros());
+    }
+    return status;
   } catch (const std::bad_alloc&) {
     return Internal(context + ": out of memory in the checkpoint writer");
   } catch (const std::system_error& e) {

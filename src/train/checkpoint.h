@@ -107,6 +107,11 @@ struct CheckpointOptions {
   // metadata, with an empty "shards" list where it has one), so that the
   // step commits with host_count hosts. Unset: none.
   std::function<std::vector<int>()> absent_hosts;
+  // Told of each save's writing (its files, checksums and commit) with its
+  // wall-clock start and end (runtime::Trace::NowMicros), e.g. for the
+  // profiler's trace. Unset: nothing.
+  std::function<void(int64_t step, int64_t start_us, int64_t end_us)>
+      on_written;
 };
 
 // CRC32C (Castagnoli) of `size` bytes, continuing from `crc` (0 to start).

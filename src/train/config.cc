@@ -173,6 +173,13 @@ const Field kFields[] = {
     {"prometheus_metrics_file", &TrainConfig::prometheus_metrics_file,
      "a Prometheus text-format file worker 0 rewrites after every step; "
      "empty = none"},
+    {"profiler", &TrainConfig::profiler,
+     "xplane: a Chrome/Perfetto trace per worker in <run>/profile; empty = "
+     "none"},
+    {"skip_first_n_steps_for_profiler",
+     &TrainConfig::skip_first_n_steps_for_profiler,
+     "steps of this start not traced before the profiler starts"},
+    {"profiler_steps", &TrainConfig::profiler_steps, "steps traced"},
 };
 
 // MaxText's names for the same keys (its model-size names, and the
@@ -717,6 +724,16 @@ Status ValidateTrainConfig(const TrainConfig& c) {
   RETURN_IF_ERROR(CheckNumber("straggler_relative_threshold",
                               c.straggler_relative_threshold, 0, false, 1,
                               true));
+  if (c.profiler != "" && c.profiler != "xplane") {
+    return InvalidArgument(
+        "key 'profiler' = '" + c.profiler + "': expected \"\" or xplane" +
+        (c.profiler == "nsys" ? " (nsys profiles NVIDIA GPUs, not these "
+                                "CPU devices)"
+                              : ""));
+  }
+  RETURN_IF_ERROR(CheckAtLeast("skip_first_n_steps_for_profiler",
+                               c.skip_first_n_steps_for_profiler, 0));
+  RETURN_IF_ERROR(CheckAtLeast("profiler_steps", c.profiler_steps, 1));
   RETURN_IF_ERROR(CheckNumber("straggler_individual_threshold",
                               c.straggler_individual_threshold, 0, false, 1,
                               true));

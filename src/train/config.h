@@ -133,6 +133,12 @@ struct TrainConfig {
   // A Prometheus text-format file worker 0 rewrites after every step (the
   // node exporter's textfile collector reads it); "" = none.
   std::string prometheus_metrics_file;
+  // MaxText's profiler keys: "xplane" writes one Chrome/Perfetto trace per
+  // worker of profiler_steps steps after skip_first_n_steps_for_profiler
+  // ("" = none).
+  std::string profiler;
+  int skip_first_n_steps_for_profiler = 1;
+  int profiler_steps = 5;
 
   friend bool operator==(const TrainConfig&, const TrainConfig&) = default;
 };

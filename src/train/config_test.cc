@@ -606,6 +606,26 @@ TEST(DilocoKeysTest, DefaultsAndBadValuesAreOneSentence) {
            "key 'diloco_continue_on_failure' = true: expected "
            "enable_diloco=true too (only DiLoCo's replicas can go on without "
            "a lost slice)"},
+          {{"hang_timeout_seconds=-1"},
+           "key 'hang_timeout_seconds' = -1: expected a number >= 0"},
+          {{"straggler_report_interval=-5"},
+           "key 'straggler_report_interval' = -5: expected an integer >= 0"},
+          {{"straggler_relative_threshold=0"},
+           "key 'straggler_relative_threshold' = 0: expected a number > 0 "
+           "and <= 1"},
+          {{"straggler_individual_threshold=1.5"},
+           "key 'straggler_individual_threshold' = 1.5: expected a number > 0 "
+           "and <= 1"},
+          {{"profiler=nsys"},
+           "key 'profiler' = 'nsys': expected \"\" or xplane (nsys profiles "
+           "NVIDIA GPUs, not these CPU devices)"},
+          {{"profiler=perfetto"},
+           "key 'profiler' = 'perfetto': expected \"\" or xplane"},
+          {{"profiler_steps=0"},
+           "key 'profiler_steps' = 0: expected an integer >= 1"},
+          {{"skip_first_n_steps_for_profiler=-1"},
+           "key 'skip_first_n_steps_for_profiler' = -1: expected an integer "
+           ">= 0"},
       };
   for (const auto& [overrides, expected] : refused) {
     Result<TrainConfig> config = LoadTrainConfig(yaml, overrides);

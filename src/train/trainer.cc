@@ -144,7 +144,13 @@ Status Trainer::Run() {
     return OkStatus();
   }
   num_parameters_ = model::gpt::NumParameters(model_);
+  if (!config_.profiler.empty()) {
+    profiler_ = std::make_unique<StepProfiler>(config_, rt_);
+  }
   RETURN_IF_ERROR(RestoreCheckpoint());
+  if (profiler_) {
+    profiler_->SetFirstStep(rt_.joined_step().value_or(restored_step_) + 1);
+  }
   OpenReplicas();
   reporter_ = std::make_unique<Reporter>(
       options_, StepFlopsPerDevice(config_),
@@ -152,10 +158,11 @@ Status Trainer::Run() {
       rt_.env().attempt);
   if (printer_) RETURN_IF_ERROR(StartRunDirectory());
   saver_ = std::make_unique<StateSaver>(SaverOptions());
-  return rt_.RunOnDevices([&](int local) {
+  RETURN_IF_ERROR(rt_.RunOnDevices([&](int local) {
     return CatchOutOfMemory([&] { return TrainOnDevice(local); }, current_step_,
                             options_);
-  });
+  }));
+  return profiler_ ? profiler_->Finish() : OkStatus();
 }
 
 // The loop of one device thread.
@@ -168,8 +175,13 @@ Status Trainer::TrainOnDevice(int local) {
   const int64_t stop_after =
       Seam("MULTISLICE_TEST_STOP_AFTER_STEP", rt_.process_index());
   double save_seconds = 0;  // what the last step's saves blocked
+  const int device = rt_.local_devices()[local];
   for (int64_t step = d->start_step + 1; step <= config_.steps; ++step) {
     if (local == 0) current_step_ = step;
+    if (profiler_) profiler_->BeginStep(local, step);
+    runtime::ScopedSpan step_span(runtime::ThreadTrace(), device,
+                                  runtime::Track::kCompute,
+                                  "step " + std::to_string(step));
     ASSIGN_OR_RETURN(StepResult r, TrainStep(*d, step));
     if (r.stop) return saver_->Stop(local, step);
     r.record.checkpoint_seconds = save_seconds;
@@ -197,6 +209,9 @@ Status Trainer::TrainOnDevice(int local) {
       saver_->SaveReplica(local, step, d->shard(true), d->train_data.state());
     }
     if (checkpoint_step) {
+      runtime::ScopedSpan copy_out(
+          runtime::ThreadTrace(), device, runtime::Track::kCheckpoint,
+          "checkpoint copy-out step " + std::to_string(step));
       const bool outer_writer = d->plan.diloco_rank() == LowestLiveReplica();
       saver_->SaveCheckpoint(
           local, step, d->plan.data_rank() == 0, d->shard(outer_writer),

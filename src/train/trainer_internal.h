@@ -22,6 +22,7 @@
 #include "train/model_step.h"
 #include "train/optimizer.h"
 #include "train/parallel_plan.h"
+#include "train/profiler.h"
 #include "train/reporter.h"
 #include "train/state_saver.h"
 #include "train/train_state.h"
@@ -127,6 +128,7 @@ class Trainer {
   std::atomic<int64_t> current_step_{0};  // device 0's, for out-of-memory
   HangThreshold hang_threshold_;          // local device 0's
   std::unique_ptr<StragglerDetector> stragglers_;  // the reporter thread's
+  std::unique_ptr<StepProfiler> profiler_;         // with the profiler key
   // By local device: the compute seconds (wall less waits in collectives)
   // of its steps since the last straggler scores.
   std::vector<std::vector<double>> compute_seconds_;

@@ -413,6 +413,12 @@ Status Trainer::RestoreCheckpoint() {
       return absent;
     };
   }
+  if (profiler_) {
+    ckpt_options_.on_written = [this](int64_t step, int64_t start,
+                                      int64_t end) {
+      profiler_->CheckpointWritten(step, start, end);
+    };
+  }
   checkpoints_ = std::make_unique<CheckpointManager>(ckpt_options_);
   // A rejoining slice takes the running job's state instead.
   if (!config_.enable_checkpointing || rt_.joined_step()) return OkStatus();
