@@ -27,6 +27,7 @@
 #include "cli/control_client.h"
 #include "cli/flags.h"
 #include "control/agent/pack.h"
+#include "runtime/hang_digest.h"
 #include "runtime/launcher.h"
 #include "runtime/mesh/topology.h"
 #include "train/goodput.h"
@@ -118,6 +119,29 @@ std::string ReadFile(const std::string& path) {
 
 // The startup script every worker runs (the values are the job's own flags,
 // quoted as single shell words).
+// When a worker of the job wrote the hang digest (docs/observability.md):
+// its cause and culprits go into the report, and the returned sentence
+// points at it ("" when there is none).
+std::string NoteHangDigest(const std::string& job_dir, json& report) {
+  const std::string path = job_dir + "/hang_digest.json";
+  std::ifstream in(path);
+  if (!in) return "";
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  Result<runtime::HangDigest> digest = runtime::ParseHangDigest(text);
+  if (!digest.ok()) return "";
+  json culprits = json::array();
+  std::string names;
+  for (const runtime::HangCulprit& c : digest->culprits) {
+    culprits.push_back(c.name);
+    names += (names.empty() ? "" : ", ") + c.name;
+  }
+  report["hang_digest"] = {
+      {"file", path}, {"cause", digest->cause}, {"culprits", culprits}};
+  return "a collective hung (" + digest->cause +
+         "); suspected culprit(s): " + (names.empty() ? "none found" : names) +
+         "; hang digest: " + path;
+}
+
 std::string StartupScript(const std::string& job_dir,
                           const std::string& output_dir,
                           const std::string& run_name,
@@ -578,6 +602,7 @@ int Run(const CLI::App* cmd, JobFlags f) {
         {{"time", o.time}, {"state", o.state}, {"attempt", o.attempt}});
   }
   report["timeline"] = timeline;
+  const std::string hang_note = NoteHangDigest(job_dir, report);
   {
     std::ofstream out(job_dir + "/goodput.json.tmp");
     out << report.dump(2) << "\n";
@@ -600,6 +625,8 @@ int Run(const CLI::App* cmd, JobFlags f) {
                    del.status().message().c_str());
     }
   }
+  if (!hang_note.empty())
+    std::fprintf(stderr, "%s: %s\n", kName, hang_note.c_str());
   if (f.json) {
     std::printf("%s\n", report.dump().c_str());
   } else {

@@ -19,6 +19,7 @@
 #include "common/temp_dir.h"
 #include "control/agent/local_cluster_test_util.h"
 #include "control/http.h"
+#include "runtime/hang_digest.h"
 #include "train/metrics.h"
 
 namespace multislice {
@@ -377,6 +378,38 @@ TEST_F(JobTrapsTest, AFailingWorkerShowsTheEndOfItsLog) {
       << out;
   EXPECT_NE(out.find("line 30\nTraceback: boom\n"), std::string::npos) << out;
   EXPECT_EQ(out.find("line 11\n"), std::string::npos) << out;
+}
+
+// A job whose trainer wrote the hang digest (here the digest of a stopped
+// slice 1, as the runtime's analysis writes it, put in place by the
+// command): `job` names the culprits and the file, in goodput.json too.
+TEST_F(JobTrapsTest, AHungJobPointsAtItsHangDigest) {
+  runtime::DeviceProgress progress(0);
+  progress.Issued(1, "all_reduce[data]#1 grads");
+  const runtime::HangDigest digest = runtime::AnalyzeHang(
+      {{0, "slice 0 worker 0", "h0", {{progress.Snapshot(), 0}}}}, {0, 1},
+      {"slice 0 worker 0", "slice 1 worker 0"}, 3, 3);
+  std::ofstream(code_dir() + "/digest.json") << runtime::ToJson(digest).dump();
+  auto [code, out] = controller_.Run(
+      {"job", "--accelerator_type", "cpu-1", "--num_slices", "2",
+       "--output_dir", dir_.path() + "/out", "--run_name", "hung",
+       "--script_dir", code_dir(), "--failure_grace_seconds", "0", "--command",
+       "if [ $MEGASCALE_SLICE_ID = 0 ]; then cp digest.json "
+       "$MULTISLICE_OUTPUT_DIR/$MULTISLICE_RUN_NAME/hang_digest.json; exit 1; "
+       "fi; sleep 30"},
+      "", std::chrono::seconds(60));
+  EXPECT_EQ(code, 1) << out;
+  const std::string file = dir_.path() + "/out/hung/hang_digest.json";
+  EXPECT_NE(out.find("multislice job: a collective hung (hang); suspected "
+                     "culprit(s): slice 1 worker 0; hang digest: " +
+                     file),
+            std::string::npos)
+      << out;
+  const json goodput =
+      json::parse(ReadFile(dir_.path() + "/out/hung/goodput.json"));
+  EXPECT_EQ(goodput["hang_digest"]["file"], file) << goodput.dump(2);
+  EXPECT_EQ(goodput["hang_digest"]["culprits"],
+            json::array({"slice 1 worker 0"}));
 }
 
 TEST_F(JobTrapsTest, BadUpperCaseValuesNameTheFlagTyped) {

@@ -597,6 +597,30 @@ function renderOps(ops) {
   }));
 }
 
+// The hang digest's lines in the workers' log tails (multislice train
+// prints them on a stuck collective, docs/observability.md): the first
+// worker's that has them, without the launcher's prefixes.
+function hangDigestLines(workers) {
+  for (const w of workers) {
+    const lines = (w.log || '').split('\n').map((l) => l.replace(/^(\[[^\]]*\] )+/, ''));
+    const start = lines.findIndex((l) => / hang digest: /.test(l));
+    if (start < 0) continue;
+    const out = [lines[start].replace(/^multislice: [^:]*: /, '')];
+    for (const l of lines.slice(start + 1)) {
+      if (/^\s+culprit: |^\s+digest: |^\s+no culprit /.test(l)) out.push(l.trim());
+      else if (/the job is stuck/.test(l)) { out.push(l.replace(/^multislice train: /, '')); break; }
+    }
+    return out;
+  }
+  return [];
+}
+
+function renderHangDigest(workers) {
+  const lines = hangDigestLines(workers);
+  $('hang-digest').hidden = lines.length === 0;
+  $('hang-lines').textContent = lines.join('\n');
+}
+
 async function refreshLogs(id) {
   try {
     const data = await api('GET', '/internal/v1/queuedResources/' + encodeURIComponent(id) + '/logs?bytes=4096');
@@ -607,6 +631,7 @@ async function refreshLogs(id) {
             w.log || '(empty)')));
     keepFocus($('logs'), () => $('logs').replaceChildren(
         ...(blocks.length ? blocks : [el('p', {class: 'note'}, 'No workers.')])));
+    renderHangDigest(data.workers || []);
   } catch (e) {
     if (e.http === 401) return;
     $('logs').replaceChildren(el('p', {class: 'field-error'}, e.message));

@@ -587,5 +587,60 @@ TEST_F(ConsoleTest, CreateWatchDetailsResetDeleteAndCapacity) {
               std::chrono::duration<double>(Clock::now() - t0).count());
 }
 
+// A worker whose training hung printed the hang digest: the details page
+// shows its verdict above the logs, and nothing for one that did not.
+TEST_F(ConsoleTest, TheDetailsPagePointsAtAHangDigest) {
+  ASSERT_NO_FATAL_FAILURE(SignIn());
+  auto create = [&](const std::string& id, const std::string& script) {
+    json body = {{"tpu",
+                  {{"node_spec",
+                    {{{"node_id", id},
+                      {"node",
+                       {{"accelerator_type", "cpu-1"},
+                        {"metadata", {{"startup-script", script}}}}}}}}}}};
+    Result<HttpResponse> r = client_->Call(
+        "POST",
+        "/v2alpha1/projects/local/locations/local-a/queuedResources"
+        "?queued_resource_id=" +
+            id,
+        &body);
+    return r.ok() && r->status == 200;
+  };
+  // What `multislice train` prints through the launcher on a hang.
+  const std::string script =
+      "echo '[slice 0 worker 0] step 3/8  loss 5.0'; "
+      "echo '[slice 0 worker 0] multislice: slice 0 worker 0: hang digest: no "
+      "collective finished within 3.0 s; most devices wait in "
+      "all_reduce[data]#16 grads'; "
+      "echo '[slice 0 worker 0]   culprit: slice 1 worker 0 (process 1): did "
+      "not report within 3.0 s'; "
+      "echo '[slice 0 worker 0]   slice 0 worker 0 on h, device 0: waits'; "
+      "echo '[slice 0 worker 0]   digest: /runs/r/hang_digest.json'; "
+      "echo '[slice 0 worker 0] multislice train: the job is stuck (hang); "
+      "suspected culprit(s): slice 1 worker 0; hang digest: "
+      "/runs/r/hang_digest.json'";
+  ASSERT_TRUE(create("hung1", script));
+  ASSERT_TRUE(create("fine1", "echo all good"));
+  browser_->Script("location.hash = '#/details/hung1'");
+  ASSERT_TRUE(
+      browser_->WaitText("#details-state", "ACTIVE", std::chrono::seconds(20)));
+  ASSERT_TRUE(browser_->WaitText("#logs", "culprit", std::chrono::seconds(20)));
+  browser_->Click("#logs-refresh");
+  ASSERT_TRUE(browser_->WaitText("#hang-lines",
+                                 "culprit: slice 1 worker 0 (process 1)"));
+  EXPECT_TRUE(browser_->Visible("#hang-digest"));
+  const std::string lines = browser_->Text("#hang-lines");
+  EXPECT_EQ(lines.find("hang digest: no collective finished"), 0u) << lines;
+  EXPECT_NE(lines.find("digest: /runs/r/hang_digest.json"), std::string::npos)
+      << lines;
+  EXPECT_EQ(lines.find("waits"), std::string::npos) << lines;  // not devices
+  Shot("07-hang-digest.png");
+
+  browser_->Script("location.hash = '#/details/fine1'");
+  ASSERT_TRUE(
+      browser_->WaitText("#logs", "all good", std::chrono::seconds(20)));
+  EXPECT_FALSE(browser_->Visible("#hang-digest"));
+}
+
 }  // namespace
 }  // namespace multislice::control
