@@ -363,6 +363,17 @@ class ConsoleTest : public ::testing::Test {
     return browser_->Text("#qr-table tr[data-id='" + id + "'] td.state span");
   }
 
+  // Creates queued resource `id` through the API; whether it was accepted.
+  bool Create(const std::string& id, json body) {
+    Result<HttpResponse> r = client_->Call(
+        "POST",
+        "/v2alpha1/projects/local/locations/local-a/queuedResources"
+        "?queued_resource_id=" +
+            id,
+        &body);
+    return r.ok() && r->status == 200;
+  }
+
   TempDir dir_{"console_test_"};
   std::string chromium_, driver_, out_dir_, url_, token_, user_data_;
   pid_t controller_ = -1, driver_pid_ = -1;
@@ -485,13 +496,7 @@ TEST_F(ConsoleTest, CreateWatchDetailsResetDeleteAndCapacity) {
                       {"node", {{"accelerator_type", "cpu-1"}}}}}}}}};
     if (tier == "spot") body["spot"] = json::object();
     if (tier == "reserved") body["guaranteed"] = {{"reserved", true}};
-    Result<HttpResponse> r = client_->Call(
-        "POST",
-        "/v2alpha1/projects/local/locations/local-a/queuedResources"
-        "?queued_resource_id=" +
-            id,
-        &body);
-    return r.ok() && r->status == 200;
+    return Create(id, body);
   };
   ASSERT_TRUE(create("spot1", "spot"));
   ASSERT_TRUE(WaitFor([&] { return RowState("spot1") == "ACTIVE"; },
@@ -598,13 +603,7 @@ TEST_F(ConsoleTest, TheDetailsPagePointsAtAHangDigest) {
                       {"node",
                        {{"accelerator_type", "cpu-1"},
                         {"metadata", {{"startup-script", script}}}}}}}}}}};
-    Result<HttpResponse> r = client_->Call(
-        "POST",
-        "/v2alpha1/projects/local/locations/local-a/queuedResources"
-        "?queued_resource_id=" +
-            id,
-        &body);
-    return r.ok() && r->status == 200;
+    return Create(id, body);
   };
   // What `multislice train` prints through the launcher on a hang.
   const std::string script =
