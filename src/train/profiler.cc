@@ -30,9 +30,11 @@ bool StepProfiler::Traces(int64_t step) const {
 void StepProfiler::BeginStep(int local, int64_t step) {
   const int device = rt_.local_devices()[local];
   runtime::SetThreadTrace(Traces(step) ? &trace_ : nullptr, device);
-  if (local == 0 && step == last_ + 1) {
-    // Every device has finished the window's last step's collectives with
-    // this one's peers: what is left to add is at most a phase or two.
+  if (step == last_ + 1 &&
+      ++past_window_ == static_cast<int>(rt_.local_devices().size())) {
+    // Every local device has ended its last traced step (its span closes
+    // with the iteration); a collective's phase still running on a stream
+    // may be left out.
     if (Status s = Finish(); !s.ok()) {
       std::fprintf(stderr, "multislice train: warning: %s\n",
                    s.message().c_str());

@@ -32,8 +32,8 @@ class StepProfiler {
   int64_t last_step() const { return last_; }
 
   // On a device thread before `step`: its compute and the collectives it
-  // launches go to the trace while the step is in the window. Local device
-  // 0 writes the trace once the window is over.
+  // launches go to the trace while the step is in the window. The last
+  // local device to begin the step after the window writes the trace.
   void BeginStep(int local, int64_t step);
   // A save's writing (CheckpointOptions::on_written).
   void CheckpointWritten(int64_t step, int64_t start_us, int64_t end_us);
@@ -48,6 +48,7 @@ class StepProfiler {
   int64_t first_ = 0, last_ = 0;
   runtime::Trace trace_;
   std::atomic<bool> written_{false};
+  std::atomic<int> past_window_{0};  // local devices that began last_ + 1
 };
 
 }  // namespace multislice::train
