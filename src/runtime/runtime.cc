@@ -104,10 +104,7 @@ void Runtime::StartHangWatch() {
   HangWatchOptions o;
   o.store = store_.get();
   o.process = process_index();
-  const int hosts = accelerator_.hosts_per_slice();
-  for (int p = 0; p < process_count(); ++p) {
-    o.names.push_back(WorkerName(p / hosts, p % hosts));
-  }
+  for (int p = 0; p < process_count(); ++p) o.names.push_back(ProcessName(p));
   o.live = [this] { return live_processes(); };
   o.report = [this] { return HangReport(); };
   o.oldest_pending = [this] {
@@ -142,20 +139,23 @@ WorkerHangReport Runtime::HangReport() const {
   r.process = process_index();
   r.name = env().name();
   r.host = env().hostname();
-  // Devices of one pipeline stage issue the same collectives.
-  const auto stage = std::find(mesh_.axis_names.begin(), mesh_.axis_names.end(),
-                               std::string("stage"));
   for (const auto& c : collectives_) {
-    DeviceHangState d;
-    d.progress = c->progress().Snapshot();
-    if (stage != mesh_.axis_names.end()) {
-      if (auto coords = mesh_.coords_of(c->device_id()); coords.ok()) {
-        d.program = (*coords)[stage - mesh_.axis_names.begin()];
-      }
-    }
-    r.devices.push_back(std::move(d));
+    r.devices.push_back({c->progress().Snapshot(), StageOf(c->device_id())});
   }
   return r;
+}
+
+std::string Runtime::ProcessName(int process) const {
+  const int hosts = accelerator_.hosts_per_slice();
+  return WorkerName(process / hosts, process % hosts);
+}
+
+int Runtime::StageOf(int id) const {
+  const auto stage = std::find(mesh_.axis_names.begin(), mesh_.axis_names.end(),
+                               std::string("stage"));
+  if (stage == mesh_.axis_names.end()) return 0;
+  Result<std::vector<int>> coords = mesh_.coords_of(id);
+  return coords.ok() ? (*coords)[stage - mesh_.axis_names.begin()] : 0;
 }
 
 void Runtime::EndWithFailure(const Status& failure) {

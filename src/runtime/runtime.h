@@ -137,6 +137,11 @@ class Runtime {
                     const std::string& digest_path);
   // This worker's report: where each of its devices is in its collectives.
   WorkerHangReport HangReport() const;
+  // "slice S worker W" of process p.
+  std::string ProcessName(int process) const;
+  // The pipeline stage of device `id` (0 without a stage axis): devices of
+  // one stage issue the same collectives and do the same work.
+  int StageOf(int id) const;
   // Every process's host (its DCN address), by process: each records its
   // own in the store in Create; read once, on the first call.
   const std::vector<std::string>& process_hosts();

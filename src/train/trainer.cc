@@ -132,7 +132,11 @@ Trainer::Trainer(runtime::Runtime& rt, const TrainerOptions& options,
       global_rows_(options.config.per_device_batch_size * num_devices_),
       printer_(rt.process_index() == 0),
       hang_threshold_(options.config.hang_timeout_seconds, rt.timeout()),
-      compute_seconds_(rt.local_devices().size()) {}
+      compute_seconds_(rt.local_devices().size()),
+      skip_collective_step_(
+          Seam("MULTISLICE_TEST_SKIP_COLLECTIVE", rt.process_index())),
+      slow_worker_ms_(Seam("MULTISLICE_TEST_SLOW_WORKER", rt.process_index())) {
+}
 
 Status Trainer::Run() {
   RETURN_IF_ERROR(model::gpt::ValidateConfig(model_));
@@ -243,9 +247,8 @@ Result<Trainer::StepResult> Trainer::TrainStep(Device& d, int64_t step) {
   const double waited_before = d.plan.collectives().progress().wait_seconds();
   const Batch batch = d.train_data.At(step - 1);
   const double data_wait = SecondsSince(step_start);  // goodput's
-  if (const int64_t slow_ms =
-          Seam("MULTISLICE_TEST_SLOW_WORKER", rt_.process_index())) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
+  if (slow_worker_ms_ > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(slow_worker_ms_));
   }
   RETURN_IF_ERROR(d.plan.GatherWeights(d.state));
   ASSIGN_OR_RETURN(float loss, d.step->Train(batch, d.plan, d.state));
@@ -256,7 +259,7 @@ Result<Trainer::StepResult> Trainer::TrainStep(Device& d, int64_t step) {
       loss * d.plan.ReplicaLossShare(),
       static_cast<float>(d.plan.ShardSquaredNorm(d.state.gradient)),
       saver_->FaultFlag(d.local)};
-  if (step != Seam("MULTISLICE_TEST_SKIP_COLLECTIVE", rt_.process_index())) {
+  if (step != skip_collective_step_) {
     RETURN_IF_ERROR(d.plan.ReduceOverReplica(stats, 3, "loss-and-norm"));
   }
   StepResult r;

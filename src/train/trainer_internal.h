@@ -132,6 +132,9 @@ class Trainer {
   // By local device: the compute seconds (wall less waits in collectives)
   // of its steps since the last straggler scores.
   std::vector<std::vector<double>> compute_seconds_;
+  // Test seams read once (trainer.cc): the step whose loss all-reduce this
+  // process skips, and the sleep in each step's compute.
+  const int64_t skip_collective_step_, slow_worker_ms_;
 };
 
 }  // namespace multislice::train::internal
