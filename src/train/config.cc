@@ -9,6 +9,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -17,6 +18,7 @@
 #include <fstream>
 #include <iterator>
 #include <set>
+#include <tuple>
 #include <type_traits>
 #include <variant>
 #include <vector>
@@ -28,8 +30,10 @@
 namespace multislice {
 namespace {
 
+using StringList = std::vector<std::string>;
 using Member = std::variant<std::string TrainConfig::*, int TrainConfig::*,
-                            double TrainConfig::*, bool TrainConfig::*>;
+                            double TrainConfig::*, bool TrainConfig::*,
+                            StringList TrainConfig::*>;
 
 struct Field {
   const char* name;
@@ -115,12 +119,32 @@ const Field kFields[] = {
      "with diloco_continue_on_failure: how many times the local launcher "
      "starts a lost slice again, to rejoin at the next sync; 0: it stays "
      "lost"},
+    {"model_name", &TrainConfig::model_name,
+     "a MaxText model file, models/NAME.yml (or a path to a .yml), whose "
+     "keys override the config file's; default = none"},
+    {"decoder_block", &TrainConfig::decoder_block,
+     "the layer's style, MaxText's names: gpt3, llama2, mistral or gemma"},
     {"vocab_size", &TrainConfig::vocab_size, "vocabulary size"},
     {"emb_dim", &TrainConfig::emb_dim, "model width; a multiple of num_heads"},
-    {"num_heads", &TrainConfig::num_heads, "attention heads"},
+    {"num_heads", &TrainConfig::num_heads, "attention (query) heads"},
+    {"num_kv_heads", &TrainConfig::num_kv_heads,
+     "key/value heads (grouped-query attention); -1 = num_heads"},
+    {"head_dim", &TrainConfig::head_dim,
+     "width of one attention head; -1 = emb_dim / num_heads"},
     {"num_decoder_layers", &TrainConfig::num_decoder_layers,
      "transformer blocks"},
     {"mlp_dim", &TrainConfig::mlp_dim, "hidden width of the MLP"},
+    {"mlp_activations", &TrainConfig::mlp_activations,
+     "the MLP's activations (gelu, silu, relu, linear), 1 or 2: two make a "
+     "gated MLP; [] = the decoder block's own"},
+    {"logits_via_embedding", &TrainConfig::logits_via_embedding,
+     "the output head is the token embedding transposed (tied weights)"},
+    {"normalization_layer_epsilon", &TrainConfig::normalization_layer_epsilon,
+     "epsilon of the norm layers (LayerNorm, RMSNorm); > 0"},
+    {"rope_max_timescale", &TrainConfig::rope_max_timescale,
+     "the longest wavelength of rotary position embeddings"},
+    {"weight_dtype", &TrainConfig::weight_dtype,
+     "dtype of the master weights: float32 only"},
     {"learning_rate", &TrainConfig::learning_rate,
      "peak learning rate after warmup"},
     {"warmup_steps", &TrainConfig::warmup_steps,
@@ -150,6 +174,14 @@ const Field kFields[] = {
      "steps between host-memory replicas"},
     {"dataset_path", &TrainConfig::dataset_path,
      "prepared dataset; empty = the default fortunes dataset"},
+    {"tokenizer_path", &TrainConfig::tokenizer_path,
+     "SentencePiece model file; empty = byte-level tokens"},
+    {"tokenizer_type", &TrainConfig::tokenizer_type,
+     "sentencepiece (the only type here)"},
+    {"add_bos", &TrainConfig::add_bos,
+     "begin every document with the tokenizer's BOS token"},
+    {"add_eos", &TrainConfig::add_eos,
+     "end every document with the tokenizer's EOS token"},
     {"eval_interval", &TrainConfig::eval_interval, "steps between evaluations"},
     {"eval_batches", &TrainConfig::eval_batches, "batches per evaluation"},
     {"seed", &TrainConfig::seed, "seed for initialisation and data order"},
@@ -190,6 +222,7 @@ const std::pair<const char*, const char*> kAliases[] = {
     {"base_num_decoder_layers", "num_decoder_layers"},
     {"base_mlp_dim", "mlp_dim"},
     {"base_num_query_heads", "num_heads"},
+    {"base_num_kv_heads", "num_kv_heads"},
 };
 
 const Field* FindField(const std::string& name) {
@@ -280,6 +313,64 @@ std::string ParseValue(std::string_view text, bool& out) {
   return "true or false";
 }
 
+std::string_view Trimmed(std::string_view text) {
+  const size_t begin = text.find_first_not_of(" \t");
+  if (begin == std::string_view::npos) return {};
+  return text.substr(begin, text.find_last_not_of(" \t") - begin + 1);
+}
+
+// A list from the command line, in MaxText's spellings: a YAML flow list
+// (`[silu,linear]`, `["silu", "linear"]`, what OmegaConf reads) or, as
+// MaxText coerces its list keys' plain strings, `silu,linear`; "" or `[]`
+// is the empty list.
+std::string ParseValue(std::string_view text, StringList& out) {
+  out.clear();
+  text = Trimmed(text);
+  if (text.empty()) return "";
+  if (text.front() == '[') {
+    YAML::Node node;
+    try {
+      node = YAML::Load(std::string(text));
+    } catch (const YAML::Exception&) {
+      return "a list such as [a,b] or a,b";
+    }
+    if (!node.IsSequence()) return "a list such as [a,b] or a,b";
+    for (const YAML::Node& entry : node) {
+      if (!entry.IsScalar() || entry.Scalar().empty()) {
+        return "a list of plain values such as [a,b] or a,b";
+      }
+      out.push_back(entry.Scalar());
+    }
+    return "";
+  }
+  size_t begin = 0;
+  while (true) {
+    const size_t comma = text.find(',', begin);
+    const std::string_view entry = Trimmed(text.substr(
+        begin, comma == std::string_view::npos ? std::string_view::npos
+                                               : comma - begin));
+    if (entry.empty()) return "a list such as [a,b] or a,b";
+    out.emplace_back(entry);
+    if (comma == std::string_view::npos) return "";
+    begin = comma + 1;
+  }
+}
+
+// A YAML list value of a list key: each entry a scalar.
+Result<StringList> ListFromYaml(const YAML::Node& node, const std::string& key,
+                                const std::string& where) {
+  StringList list;
+  for (const YAML::Node& entry : node) {
+    if (!entry.IsScalar() || entry.Scalar().empty()) {
+      return InvalidArgument("key '" + key + "' in " + where +
+                             ": expected a list of plain values such as "
+                             "[a, b]");
+    }
+    list.push_back(entry.Scalar());
+  }
+  return list;
+}
+
 // Parses `text` into the field; `config` is unchanged on error.
 Status SetField(const Field& field, const std::string& text,
                 const std::string& where, TrainConfig& config) {
@@ -367,8 +458,16 @@ Status ApplyYaml(const std::string& path, TrainConfig& config) {
       return InvalidArgument("key '" + key + "' appears twice in " + path);
     }
     const YAML::Node& value = entry.second;
+    const Field* field = FindField(key);
+    if (field != nullptr && value.IsSequence() &&
+        std::holds_alternative<StringList TrainConfig::*>(field->member)) {
+      ASSIGN_OR_RETURN(StringList list, ListFromYaml(value, key, path));
+      config.*std::get<StringList TrainConfig::*>(field->member) =
+          std::move(list);
+      continue;
+    }
     if (value.IsSequence() || value.IsMap()) {
-      if (FindField(key) == nullptr) return UnknownKey(key, path);
+      if (field == nullptr) return UnknownKey(key, path);
       return InvalidArgument("key '" + key + "' in " + path +
                              ": expected a single value, not a " +
                              (value.IsMap() ? "mapping" : "list"));
@@ -523,6 +622,66 @@ Status CheckDiloco(const TrainConfig& c) {
   return OkStatus();
 }
 
+// The model keys of MaxText's that this trainer reads: each value's own
+// range (the shapes' relations are the model's to check).
+Status CheckModelKeys(const TrainConfig& c) {
+  static const char* const kBlocks[] = {"gpt3", "llama2", "mistral", "gemma"};
+  if (std::find_if(std::begin(kBlocks), std::end(kBlocks), [&](const char* b) {
+        return c.decoder_block == b;
+      }) == std::end(kBlocks)) {
+    return InvalidArgument("key 'decoder_block' = '" + c.decoder_block +
+                           "': expected gpt3, llama2, mistral or gemma (the "
+                           "decoder blocks this trainer implements)");
+  }
+  if (c.model_name.empty()) {
+    return InvalidArgument(
+        "key 'model_name' = '': expected default (no model file) or the "
+        "name of a model file");
+  }
+  for (const auto& [key, value, minus_one] :
+       {std::tuple{"num_kv_heads", c.num_kv_heads, "as many as num_heads"},
+        std::tuple{"head_dim", c.head_dim, "emb_dim / num_heads"}}) {
+    if (value != -1 && value < 1) {
+      return InvalidArgument(IntRangeError(
+          key, value,
+          std::string("-1 (") + minus_one + ") or an integer >= 1"));
+    }
+  }
+  if (c.mlp_activations.size() > 2) {
+    return InvalidArgument(
+        "key 'mlp_activations' = " + nlohmann::json(c.mlp_activations).dump() +
+        ": expected 1 or 2 activations (2 make a gated MLP), or [] for the "
+        "decoder block's own");
+  }
+  for (const std::string& activation : c.mlp_activations) {
+    if (activation != "gelu" && activation != "silu" && activation != "relu" &&
+        activation != "linear") {
+      return InvalidArgument("key 'mlp_activations' has '" + activation +
+                             "': expected each of gelu, silu, relu or linear");
+    }
+  }
+  RETURN_IF_ERROR(CheckNumber("normalization_layer_epsilon",
+                              c.normalization_layer_epsilon, 0, false, HUGE_VAL,
+                              false));
+  RETURN_IF_ERROR(CheckNumber("rope_max_timescale", c.rope_max_timescale, 0,
+                              false, HUGE_VAL, false));
+  if (c.weight_dtype != "float32") {
+    return InvalidArgument("key 'weight_dtype' = '" + c.weight_dtype +
+                           "': expected float32 (the master weights are f32; "
+                           "dtype sets the matmuls' type)");
+  }
+  if (c.tokenizer_type != "sentencepiece") {
+    return InvalidArgument(
+        "key 'tokenizer_type' = '" + c.tokenizer_type +
+        "': expected sentencepiece (the only tokenizer type here" +
+        (c.tokenizer_type == "tiktoken" || c.tokenizer_type == "huggingface"
+             ? "; " + c.tokenizer_type + " tokenizers are not implemented"
+             : std::string()) +
+        ")");
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 Status CheckDilocoReplicas(const TrainConfig& c, int ici_replicas,
@@ -616,6 +775,10 @@ Result<TrainConfig> LoadTrainConfig(const std::string& yaml_path,
   if (auto dtype = ParseDType(config.dtype, "dtype"); dtype.ok()) {
     config.dtype = std::string(Name(*dtype));
   }
+  // MaxText lower-cases decoder_block before it reads it.
+  std::transform(config.decoder_block.begin(), config.decoder_block.end(),
+                 config.decoder_block.begin(),
+                 [](unsigned char ch) { return std::tolower(ch); });
   return config;
 }
 
@@ -688,6 +851,7 @@ Status ValidateTrainConfig(const TrainConfig& c) {
   }
   RETURN_IF_ERROR(CheckPipeline(c));
   RETURN_IF_ERROR(CheckDiloco(c));
+  RETURN_IF_ERROR(CheckModelKeys(c));
   const double kInfinity = HUGE_VAL;
   RETURN_IF_ERROR(CheckNumber("learning_rate", c.learning_rate, 0, false,
                               kInfinity, false));
@@ -777,6 +941,9 @@ std::string DescribeTrainConfigKeys() {
           } else if constexpr (std::is_same_v<Value, int>) {
             type = "int";
             shown = std::to_string(value);
+          } else if constexpr (std::is_same_v<Value, StringList>) {
+            type = "list";
+            shown = nlohmann::json(value).dump();
           } else {
             type = "float";
             shown = FormatDouble(value);

@@ -75,12 +75,29 @@ struct TrainConfig {
   // the restarted slice rejoins at the next sync. 0: it stays lost.
   int diloco_max_slice_restarts = 3;
 
-  // Model size.
+  // Model. model_name names a MaxText model file (configs/models/NAME.yml)
+  // whose keys LoadTrainConfig applies over the config file; "default" =
+  // none. decoder_block is MaxText's name of the layer's style: gpt3,
+  // llama2, mistral or gemma.
+  std::string model_name = "default";
+  std::string decoder_block = "gpt3";
   int vocab_size = 256;
   int emb_dim = 256;  // a multiple of num_heads
   int num_heads = 4;
+  int num_kv_heads = -1;  // -1 = num_heads (MaxText: base_num_kv_heads)
+  int head_dim = -1;      // -1 = emb_dim / num_heads
   int num_decoder_layers = 4;
   int mlp_dim = 1024;
+  // The MLP's activations, each gelu, silu, relu or linear; two entries make
+  // a gated MLP (MaxText: ["silu", "linear"] is SwiGLU). Empty = the
+  // decoder block's own.
+  std::vector<std::string> mlp_activations = {};
+  // The output head is the token embedding transposed (tied weights).
+  bool logits_via_embedding = true;
+  double normalization_layer_epsilon = 1e-5;  // > 0, in every norm layer
+  double rope_max_timescale = 10000;          // RoPE's longest wavelength
+  // The master weights' dtype; only float32 (matmuls run in `dtype`).
+  std::string weight_dtype = "float32";
 
   // Optimizer: AdamW with linear warmup, then cosine decay to
   // learning_rate * cosine_learning_rate_final_fraction at `steps`.
@@ -109,8 +126,14 @@ struct TrainConfig {
 
   // Data and evaluation.
   std::string dataset_path;  // "" = the default prepared fortunes dataset
-  int eval_interval = 20;    // steps between evaluations
-  int eval_batches = 4;      // batches per evaluation
+  // The tokenizer: a SentencePiece model file ("" = byte-level tokens,
+  // vocabulary 256), and whether each document gets BOS and EOS tokens.
+  std::string tokenizer_path;
+  std::string tokenizer_type = "sentencepiece";  // the only one here
+  bool add_bos = true;
+  bool add_eos = true;
+  int eval_interval = 20;  // steps between evaluations
+  int eval_batches = 4;    // batches per evaluation
 
   // Numerics and logging.
   int seed = 0;
@@ -143,10 +166,11 @@ struct TrainConfig {
   friend bool operator==(const TrainConfig&, const TrainConfig&) = default;
 };
 
-// Reads the YAML mapping at `yaml_path` (scalar values only) on top of the
-// defaults, then applies `overrides` of the form "key=value" in order (later
-// wins; the value is taken verbatim, no YAML quoting). Does not check value
-// ranges: call ValidateTrainConfig on the result.
+// Reads the YAML mapping at `yaml_path` on top of the defaults, then applies
+// `overrides` of the form "key=value" in order (later wins; the value is
+// taken verbatim, no YAML quoting). Values are scalars, except the list keys
+// (mlp_activations): a YAML list in a file, `[a,b]` or `a,b` in an override.
+// Does not check value ranges: call ValidateTrainConfig on the result.
 Result<TrainConfig> LoadTrainConfig(const std::string& yaml_path,
                                     const std::vector<std::string>& overrides);
 
@@ -179,9 +203,9 @@ int PipelineMicrobatches(const TrainConfig& config, int stages);
 // The matmul dtype of a validated config.
 DType MatmulDType(const TrainConfig& config);
 
-// Every key with its value, for config.json in the run directory. Writing the
-// values back as overrides ("key=" + value, strings unquoted) gives the same
-// config.
+// Every key with its value, for config.json in the run directory (a list key
+// as a JSON array). Writing the values back as overrides ("key=" + value,
+// strings unquoted, arrays as JSON) gives the same config.
 nlohmann::json ToJson(const TrainConfig& config);
 
 // base_output_directory + "/" + run_name. run_name must already be set.
@@ -190,7 +214,8 @@ std::string RunDirectory(const TrainConfig& config);
 // The known keys in table order (the order of configs/base.yml).
 std::vector<std::string> TrainConfigKeys();
 
-// One line per key, "  name (type, default D): help", for `--help` output.
+// One line per key, "  name (type, default D): help", for `--help` output;
+// type is string, int, float, bool or list.
 std::string DescribeTrainConfigKeys();
 
 }  // namespace multislice

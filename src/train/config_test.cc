@@ -308,6 +308,11 @@ TEST_F(ConfigTest, ToJsonRoundTripsThroughOverrides) {
   original.async_checkpointing = false;
   original.deterministic = true;
   original.dtype = "float32";
+  original.mlp_activations = {"silu", "linear"};
+  original.decoder_block = "llama2";
+  original.num_kv_heads = 2;
+  original.logits_via_embedding = false;
+  original.normalization_layer_epsilon = 1e-6;
 
   // Start from a file that differs everywhere it can, so that every key must
   // come from the overrides.
@@ -428,6 +433,150 @@ TEST_F(ConfigTest, DescribeListsEveryKeyWithItsDefault) {
             std::string::npos);
   EXPECT_NE(text.find("  adam_eps (float, default 1e-08): "),
             std::string::npos);
+  EXPECT_NE(text.find("  mlp_activations (list, default []): "),
+            std::string::npos);
+}
+
+// Issue 28: the model keys MaxText's model files set, with MaxText's names
+// and meanings; each bad value one sentence.
+TEST_F(ConfigTest, ModelKeysDefaultsAndMaxTextSpellings) {
+  TrainConfig c;
+  EXPECT_EQ(c.model_name, "default");
+  EXPECT_EQ(c.decoder_block, "gpt3");
+  EXPECT_EQ(c.num_kv_heads, -1);
+  EXPECT_EQ(c.head_dim, -1);
+  EXPECT_TRUE(c.mlp_activations.empty());
+  EXPECT_TRUE(c.logits_via_embedding);
+  EXPECT_EQ(c.rope_max_timescale, 10000);
+  EXPECT_EQ(c.normalization_layer_epsilon, 1e-5);
+  EXPECT_EQ(c.tokenizer_path, "");
+  EXPECT_EQ(c.tokenizer_type, "sentencepiece");
+  EXPECT_TRUE(c.add_bos);
+  EXPECT_TRUE(c.add_eos);
+  EXPECT_EQ(c.weight_dtype, "float32");
+
+  Result<TrainConfig> config =
+      LoadTrainConfig(WriteYaml("decoder_block: Llama2\n"
+                                "base_num_kv_heads: 2\n"
+                                "head_dim: 16\n"
+                                "mlp_activations: [\"silu\", \"linear\"]\n"
+                                "logits_via_embedding: false\n"
+                                "normalization_layer_epsilon: 1.e-06\n"
+                                "rope_max_timescale: 500000\n"
+                                "tokenizer_path: /tokenizers/llama2.model\n"
+                                "add_bos: false\n"),
+                      {"add_eos=false"});
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(config->decoder_block, "llama2");  // MaxText lower-cases it
+  EXPECT_EQ(config->num_kv_heads, 2);
+  EXPECT_EQ(config->head_dim, 16);
+  EXPECT_EQ(config->mlp_activations,
+            (std::vector<std::string>{"silu", "linear"}));
+  EXPECT_FALSE(config->logits_via_embedding);
+  EXPECT_EQ(config->normalization_layer_epsilon, 1e-6);
+  EXPECT_EQ(config->rope_max_timescale, 500000);
+  EXPECT_EQ(config->tokenizer_path, "/tokenizers/llama2.model");
+  EXPECT_FALSE(config->add_bos);
+  EXPECT_FALSE(config->add_eos);
+  EXPECT_TRUE(ValidateTrainConfig(*config).ok());
+  EXPECT_EQ(ToJson(*config)["mlp_activations"],
+            nlohmann::json::array({"silu", "linear"}));
+}
+
+// A list key: a YAML list in a file; on the command line OmegaConf's YAML
+// flow list or MaxText's coerced plain string, comma-separated.
+TEST_F(ConfigTest, ListKeyTakesEverySpelling) {
+  const std::vector<std::string> gated = {"silu", "linear"};
+  for (const char* spelling :
+       {"[silu,linear]", "[silu, linear]", "['silu', \"linear\"]",
+        "silu,linear", " silu , linear "}) {
+    Result<TrainConfig> config = LoadTrainConfig(
+        WriteYaml(""), {std::string("mlp_activations=") + spelling});
+    ASSERT_TRUE(config.ok()) << spelling << ": " << config.status().message();
+    EXPECT_EQ(config->mlp_activations, gated) << spelling;
+  }
+  for (const char* empty : {"", "[]"}) {
+    Result<TrainConfig> config =
+        LoadTrainConfig(WriteYaml("mlp_activations: [gelu]\n"),
+                        {std::string("mlp_activations=") + empty});
+    ASSERT_TRUE(config.ok()) << config.status().message();
+    EXPECT_TRUE(config->mlp_activations.empty()) << empty;
+  }
+  Result<TrainConfig> one =
+      LoadTrainConfig(WriteYaml("mlp_activations:\n  - gelu\n"), {});
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  EXPECT_EQ(one->mlp_activations, std::vector<std::string>{"gelu"});
+
+  EXPECT_EQ(LoadError("", {"mlp_activations=silu,,linear"}),
+            "key 'mlp_activations' = 'silu,,linear' in the command line: "
+            "expected a list such as [a,b] or a,b");
+  EXPECT_EQ(LoadError("", {"mlp_activations=[silu,[linear]]"}),
+            "key 'mlp_activations' = '[silu,[linear]]' in the command line: "
+            "expected a list of plain values such as [a,b] or a,b");
+  EXPECT_EQ(LoadError("", {"mlp_activations=[silu"}),
+            "key 'mlp_activations' = '[silu' in the command line: expected a "
+            "list such as [a,b] or a,b");
+  EXPECT_EQ(LoadError("mlp_activations: [[silu]]\n"),
+            "key 'mlp_activations' in " + dir_.path() +
+                "/run.yml: expected a list of plain values such as [a, b]");
+  EXPECT_EQ(LoadError("mlp_activations: {a: 1}\n"),
+            "key 'mlp_activations' in " + dir_.path() +
+                "/run.yml: expected a single value, not a mapping");
+}
+
+TEST_F(ConfigTest, ModelKeysBadValuesAreOneSentence) {
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"decoder_block=deepseek",
+       "key 'decoder_block' = 'deepseek': expected gpt3, llama2, mistral or "
+       "gemma (the decoder blocks this trainer implements)"},
+      {"decoder_block=qwen3",
+       "key 'decoder_block' = 'qwen3': expected gpt3, llama2, mistral or "
+       "gemma (the decoder blocks this trainer implements)"},
+      {"num_kv_heads=0",
+       "key 'num_kv_heads' = 0: expected -1 (as many as num_heads) or an "
+       "integer >= 1"},
+      {"head_dim=-2",
+       "key 'head_dim' = -2: expected -1 (emb_dim / num_heads) or an integer "
+       ">= 1"},
+      {"mlp_activations=silu,linear,gelu",
+       "key 'mlp_activations' = [\"silu\",\"linear\",\"gelu\"]: expected 1 "
+       "or 2 activations (2 make a gated MLP), or [] for the decoder block's "
+       "own"},
+      {"mlp_activations=[swish]",
+       "key 'mlp_activations' has 'swish': expected each of gelu, silu, relu "
+       "or linear"},
+      {"normalization_layer_epsilon=0",
+       "key 'normalization_layer_epsilon' = 0: expected a number > 0"},
+      {"rope_max_timescale=-1",
+       "key 'rope_max_timescale' = -1: expected a number > 0"},
+      {"weight_dtype=bfloat16",
+       "key 'weight_dtype' = 'bfloat16': expected float32 (the master "
+       "weights are f32; dtype sets the matmuls' type)"},
+      {"tokenizer_type=tiktoken",
+       "key 'tokenizer_type' = 'tiktoken': expected sentencepiece (the only "
+       "tokenizer type here; tiktoken tokenizers are not implemented)"},
+      {"tokenizer_type=huggingface",
+       "key 'tokenizer_type' = 'huggingface': expected sentencepiece (the "
+       "only tokenizer type here; huggingface tokenizers are not "
+       "implemented)"},
+      {"tokenizer_type=bpe",
+       "key 'tokenizer_type' = 'bpe': expected sentencepiece (the only "
+       "tokenizer type here)"},
+      {"model_name=",
+       "key 'model_name' = '': expected default (no model file) or the name "
+       "of a model file"},
+  };
+  for (const auto& [override_text, expected] : refused) {
+    Result<TrainConfig> config =
+        LoadTrainConfig(WriteYaml(""), {override_text});
+    ASSERT_TRUE(config.ok()) << override_text;
+    EXPECT_EQ(ValidateError(*config), expected) << override_text;
+  }
+  for (const char* block : {"gpt3", "llama2", "mistral", "gemma"}) {
+    TrainConfig config;
+    config.decoder_block = block;
+    EXPECT_TRUE(ValidateTrainConfig(config).ok()) << block;
+  }
 }
 
 }  // namespace
