@@ -29,27 +29,29 @@
 #include "common/dtype.h"
 #include "common/float_env.h"
 #include "compute/adamw.h"
-#include "compute/gpt_ops.h"
+#include "compute/attention.h"
 #include "compute/matmul.h"
-#include "model/gpt.h"
+#include "model/decoder.h"
 #include "model/schedule.h"
 
 namespace {
 
 using multislice::DType;
-namespace gpt = multislice::model::gpt;
 namespace model = multislice::model;
-namespace ops = multislice::compute::gpt;
 
 struct Size {
   int B, T, C, NH, mlp, L;
 };
 
-double StepFlops(const gpt::GptConfig& c, int B, int T) {
+double StepFlops(const model::DecoderConfig& c, int B, int T) {
   const double tokens = double{1} * B * T;
   const double C = c.emb_dim, H = c.mlp_dim, V = c.vocab_size, L = c.num_layers;
   return 6.0 * tokens * (L * (4 * C * C + 2 * C * H) + C * V) +
          12.0 * L * T * C * tokens;
+}
+
+model::DecoderConfig ConfigOf(const Size& s) {
+  return model::GptShape(256, s.T, s.C, s.NH, s.L, s.mlp);
 }
 
 double ThreadCpuSeconds() {
@@ -66,23 +68,17 @@ struct StepTime {
 
 // Medians over `steps` timed steps (after two warm-ups).
 StepTime TimeStep(const Size& s, DType matmul_type, int steps) {
-  gpt::GptConfig c;
-  c.vocab_size = 256;
-  c.max_seq_len = s.T;
-  c.emb_dim = s.C;
-  c.num_heads = s.NH;
-  c.num_layers = s.L;
-  c.mlp_dim = s.mlp;
-  const int64_t n = gpt::NumParameters(c);
+  const model::DecoderConfig c = ConfigOf(s);
+  const int64_t n = model::NumParameters(c);
   std::vector<float> params(n), grads(n), m(n, 0.0f), v(n, 0.0f);
-  gpt::InitParameters(c, 1, params.data());
-  const std::vector<uint8_t> mask = gpt::WeightDecayMask(c);
+  model::InitParameters(c, 1, params.data());
+  const std::vector<uint8_t> mask = model::WeightDecayMask(c);
   std::vector<int32_t> tokens(int64_t{s.B} * s.T), targets(tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) {
     tokens[i] = static_cast<int32_t>((i * 7919u + 13u) % 256u);
     targets[i] = static_cast<int32_t>((i * 104729u + 7u) % 256u);
   }
-  gpt::GptModel gm(c, matmul_type);
+  model::Decoder gm(c, matmul_type);
   std::vector<double> times, cpu_times;
   for (int step = 1; step <= steps + 2; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -117,13 +113,22 @@ StepTime TimeStep(const Size& s, DType matmul_type, int steps) {
   return {times[times.size() / 2], cpu_times[cpu_times.size() / 2]};
 }
 
+multislice::compute::AttentionShape Shape(const Size& s) {
+  multislice::compute::AttentionShape a;
+  a.B = s.B;
+  a.T = s.T;
+  a.heads = a.kv_heads = s.NH;
+  a.head_dim = s.C / s.NH;
+  return a;
+}
+
 // Median CPU seconds of one layer's attention forward and backward.
 std::pair<double, double> TimeAttention(const Size& s, DType matmul_type,
                                         int reps) {
   const int64_t N = int64_t{s.B} * s.T;
   std::vector<float> qkv(N * 3 * s.C), out(N * s.C), dout(N * s.C),
       dqkv(N * 3 * s.C), att(int64_t{s.B} * s.NH * s.T * s.T),
-      scratch(ops::AttentionScratchSize(s.B, s.T, s.C, matmul_type));
+      scratch(AttentionScratchSize(Shape(s), matmul_type));
   for (size_t i = 0; i < qkv.size(); ++i) {
     qkv[i] =
         0.01f * static_cast<float>(static_cast<int>(i * 7919u % 201u) - 100);
@@ -135,15 +140,16 @@ std::pair<double, double> TimeAttention(const Size& s, DType matmul_type,
   std::vector<double> fwd, bwd;
   for (int r = 0; r < reps + 1; ++r) {
     const double c0 = ThreadCpuSeconds();
-    if (!ops::AttentionForward(out.data(), att.data(), scratch.data(),
-                               qkv.data(), s.B, s.T, s.C, s.NH, matmul_type)
+    if (!multislice::compute::AttentionForward(out.data(), att.data(),
+                                               scratch.data(), qkv.data(),
+                                               Shape(s), matmul_type)
              .ok()) {
       std::exit(1);
     }
     const double c1 = ThreadCpuSeconds();
-    if (!ops::AttentionBackward(dqkv.data(), scratch.data(), dout.data(),
-                                qkv.data(), att.data(), s.B, s.T, s.C, s.NH,
-                                matmul_type)
+    if (!multislice::compute::AttentionBackward(
+             dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(),
+             Shape(s), matmul_type)
              .ok()) {
       std::exit(1);
     }
@@ -223,10 +229,7 @@ int main(int argc, char** argv) {
         "GFLOP/s", "cpuGF/s", "peak", "cpuPk", "share", "MFU", "cpuMFU");
   }
   for (const Size& s : sizes) {
-    gpt::GptConfig c;
-    c.emb_dim = s.C;
-    c.mlp_dim = s.mlp;
-    c.num_layers = s.L;
+    const model::DecoderConfig c = ConfigOf(s);
     const double flops = StepFlops(c, s.B, s.T);
     auto peak = multislice::bench::MeasureMatmulPeak(peak_desc, peak_reps);
     if (!peak.ok()) {

@@ -15,10 +15,11 @@
 
 #include "cli/commands.h"
 #include "cli/flags.h"
-#include "model/gpt.h"
+#include "model/decoder.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/train_state.h"
+#include "train/trainer.h"
 
 namespace multislice::cli {
 namespace {
@@ -82,15 +83,9 @@ int Run(const CheckpointBenchFlags& flags) {
     return fail(InvalidArgument("--reps: expected at least 1, got " +
                                 std::to_string(flags.reps)));
   }
-  model::gpt::GptConfig model;
-  model.vocab_size = config->vocab_size;
-  model.max_seq_len = config->max_target_length;
-  model.emb_dim = config->emb_dim;
-  model.num_heads = config->num_heads;
-  model.num_layers = config->num_decoder_layers;
-  model.mlp_dim = config->mlp_dim;
-  if (Status s = model::gpt::ValidateConfig(model); !s.ok()) return fail(s);
-  const int64_t n = model::gpt::NumParameters(model);
+  const model::DecoderConfig model = train::DecoderConfigOf(*config);
+  if (Status s = model::ValidateConfig(model); !s.ok()) return fail(s);
+  const int64_t n = model::NumParameters(model);
 
   std::error_code ec;
   const std::string dir = flags.directory + "/multislice-bench-checkpoint-" +
@@ -104,7 +99,7 @@ int Run(const CheckpointBenchFlags& flags) {
   // The state of one data replica: weights and both AdamW moments.
   std::vector<float> params(static_cast<size_t>(n)), m(params.size()),
       v(params.size());
-  model::gpt::InitParameters(model, 1, params.data());
+  model::InitParameters(model, 1, params.data());
   for (size_t i = 0; i < params.size(); ++i) {
     m[i] = params[i] * 1e-3f;
     v[i] = params[i] * params[i] * 1e-6f;

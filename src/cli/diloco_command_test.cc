@@ -19,7 +19,7 @@
 
 #include "cli/train_test_fixture.h"
 #include "compute/adamw.h"
-#include "model/gpt.h"
+#include "model/decoder.h"
 #include "model/schedule.h"
 #include "train/config.h"
 #include "train/data.h"
@@ -73,9 +73,9 @@ struct Reference {
 
 // The fragment of each parameter: layer l of L in l * F / L, the
 // embeddings with fragment 0, the final LayerNorm with F - 1.
-std::vector<int> FragmentOf(const model::gpt::GptConfig& model, int fragments) {
-  std::vector<int> of(model::gpt::NumParameters(model), 0);
-  for (const model::gpt::ParamTensor& p : model::gpt::ParameterLayout(model)) {
+std::vector<int> FragmentOf(const model::DecoderConfig& model, int fragments) {
+  std::vector<int> of(model::NumParameters(model), 0);
+  for (const model::ParamTensor& p : model::ParameterLayout(model)) {
     int f = 0;  // wte, wpe
     if (p.name.rfind("lnf", 0) == 0) f = fragments - 1;
     if (p.name[0] == 'h' &&
@@ -104,15 +104,15 @@ struct Loss {
 Reference RunReference(const TrainConfig& config, const std::string& dataset,
                        const DilocoKeys& k, Loss loss_of = {},
                        int devices = 4) {
-  const model::gpt::GptConfig model = train::GptConfigOf(config);
-  const int64_t n = model::gpt::NumParameters(model);
+  const model::DecoderConfig model = train::DecoderConfigOf(config);
+  const int64_t n = model::NumParameters(model);
   const int global_rows = config.per_device_batch_size * devices;
   const int rows = global_rows / k.replicas;
   const int T = config.max_target_length;
   std::vector<float> start(n);
-  model::gpt::InitParameters(model, static_cast<uint64_t>(config.seed),
-                             start.data());
-  const std::vector<uint8_t> mask = model::gpt::WeightDecayMask(model);
+  model::InitParameters(model, static_cast<uint64_t>(config.seed),
+                        start.data());
+  const std::vector<uint8_t> mask = model::WeightDecayMask(model);
   const std::vector<int> fragment = FragmentOf(model, k.fragments);
   Reference ref;
   ref.outer.assign(start.begin(), start.end());
@@ -133,7 +133,7 @@ Reference RunReference(const TrainConfig& config, const std::string& dataset,
     EXPECT_TRUE(it.ok()) << it.status().message();
     data.push_back(std::move(*it));
   }
-  model::gpt::GptModel gpt(model);
+  model::Decoder gpt(model);
   std::vector<float> grads(n);
   const int gap = k.sync_period / k.fragments;
   auto starts = [&](int64_t t, int f) {

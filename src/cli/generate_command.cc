@@ -11,7 +11,7 @@
 #include "cli/flags.h"
 #include "common/float_env.h"
 #include "compute/matmul.h"
-#include "model/gpt.h"
+#include "model/decoder.h"
 #include "train/checkpoint.h"
 #include "train/train_state.h"
 
@@ -90,10 +90,10 @@ int Run(const GenerateFlags& flags) {
     }
     return Fail(state.status());
   }
-  const model::gpt::GptConfig& config = state->model;
+  const model::DecoderConfig& config = state->model;
   compute::SetSingleThreaded();
   FlushSubnormalsInThisThread();  // as training's device threads do
-  model::gpt::GptModel gpt(config, DType::kF32);
+  model::Decoder gpt(config, DType::kF32);
   std::vector<int32_t> tokens;
   for (unsigned char c : flags.prompt) tokens.push_back(c);
   std::mt19937_64 rng(static_cast<uint64_t>(flags.seed));

@@ -419,8 +419,8 @@ int Run(const TrainFlags& flags) {
   auto resolved = mesh::ResolveParallelism(
       parallelism, type->devices_per_slice(), num_slices);
   if (!resolved.ok()) return Fail(resolved.status());
-  if (Status s = model::gpt::ValidateTensorParallelism(
-          train::GptConfigOf(config), resolved->size(mesh::kTensor));
+  if (Status s = model::ValidateTensorParallelism(
+          train::DecoderConfigOf(config), resolved->size(mesh::kTensor));
       !s.ok()) {
     return Fail(InvalidArgument("keys ici_tensor_parallelism (" +
                                 std::to_string(resolved->ici[mesh::kTensor]) +

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "common/dtype.h"
 
@@ -24,6 +25,11 @@ void SgdUpdate(DType dtype, void* p, const void* g, float lr, size_t count);
 
 // Converts between f32 and bf16 (or copies when the types match).
 void Convert(DType from, const void* x, DType to, void* y, size_t count);
+
+// y = x rounded to bf16 (nearest even, NaN kept a NaN): the operands of the
+// bf16 matmuls. With AVX512-BF16 (one instruction per 32 values) f32
+// subnormals (|x| < 2^-126) round to zero; otherwise exactly as Convert.
+void ToBf16(const float* x, std::uint16_t* y, std::int64_t n);
 
 // The sum of every element, accumulated in f64 (deterministic order).
 double Sum(DType dtype, const void* x, size_t count);

@@ -3,11 +3,10 @@
 // Plain functions on caller-owned, row-major float arrays, in the manner of
 // llm.c: B = batch, T = sequence length, C = channels, NH = attention heads,
 // V = vocabulary size, N = B * T rows. The weight matrix multiplications live
-// in gpt.cc; these are the remaining element-wise, normalisation, attention
-// and loss kernels of a GPT-2 block. Attention runs its per-head products as
-// matmuls through compute::Gemm (oneDNN) on the calling thread; the other
-// kernels are explicit 16-lane vector loops (AVX-512, AVX2 or baseline SSE2,
-// as common/cpu_isa.h chooses), deterministic for a given ISA level.
+// in model/; these are the remaining element-wise, normalisation and loss
+// kernels of a GPT-2 block and of the decoder's ends (attention is
+// attention.h), explicit 16-lane vector loops (AVX-512, AVX2 or baseline
+// SSE2, as common/cpu_isa.h chooses), deterministic for a given ISA level.
 //
 // Contracts shared by every function:
 //  * Pointers are non-null and address at least the stated number of
@@ -23,9 +22,6 @@
 
 #include <cstdint>
 
-#include "common/dtype.h"
-#include "common/status.h"
-
 namespace multislice::compute::gpt {
 
 // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:].
@@ -35,12 +31,12 @@ void EncoderForward(float* out, const std::int32_t* tokens, const float* wte,
 void EncoderBackward(float* dwte, float* dwpe, const float* dout,
                      const std::int32_t* tokens, int B, int T, int C);
 
-// Per row of C values: mean = sum(x)/C, rstd = 1/sqrt(var + 1e-5) with the
+// Per row of C values: mean = sum(x)/C, rstd = 1/sqrt(var + eps) with the
 // biased variance, out = (x - mean) * rstd * weight + bias. mean and rstd
 // (N each) are saved for the backward.
 void LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
                       const float* weight, const float* bias, std::int64_t N,
-                      int C);
+                      int C, float eps = 1e-5f);
 // With xhat = (x - mean) * rstd and g = dout * weight:
 // dbias += dout, dweight += dout * xhat,
 // dinp += rstd * (g - avg(g) - xhat * avg(g * xhat)).
@@ -64,40 +60,6 @@ void GeluBackward(float* dinp, const float* inp, const float* dout,
 // the definitions it is tested against.
 void GeluForwardSaveGrad(float* x, float* out, std::uint16_t* out16,
                          std::int64_t n);
-
-// y = x rounded to bf16 (nearest even, NaN kept a NaN), the operands of the
-// bf16 matmuls. With AVX512-BF16 (one instruction per 32 values) f32
-// subnormals (|x| < 2^-126) round to zero; otherwise as compute::Convert.
-void ToBf16(const float* x, std::uint16_t* y, std::int64_t n);
-
-// Causal multi-head self-attention. qkv[b,t,:] holds q (channels [0,C)),
-// k ([C,2C)) and v ([2C,3C)); head h uses channels [h*hs, (h+1)*hs) of each,
-// hs = C/NH (C must be divisible by NH). For query t and key t2 <= t:
-// s = q.k / sqrt(hs), att[b,h,t,t2] = softmax of s over t2 <= t,
-// out[b,t,h*hs+i] = sum_t2 att[b,h,t,t2] * v[b,t2,h*hs+i].
-// Entries with t2 > t of att are written as zero.
-//
-// Per (b, h) this is two matmuls, S = Q K^T / sqrt(hs) into att (then the
-// causal softmax in place) and O = P V into the head's columns of out, with
-// Q, K, V read in place from qkv. matmul_type kF32 keeps them exact f32;
-// kBF16 rounds their operands (Q, K, V and P) to bf16, accumulating in f32.
-// `scratch` holds AttentionScratchSize(B, T, C, matmul_type) floats. With
-// kBF16, qkv16 may give ToBf16(qkv) (e.g. kept from the forward for the
-// backward); otherwise qkv is rounded into scratch.
-// kInternal if a matmul fails.
-std::int64_t AttentionScratchSize(int B, int T, int C, DType matmul_type);
-Status AttentionForward(float* out, float* att, float* scratch,
-                        const float* qkv, int B, int T, int C, int NH,
-                        DType matmul_type = DType::kF32,
-                        const std::uint16_t* qkv16 = nullptr);
-// Accumulates into dqkv [B,T,3C] from dout [B,T,C]; att [B,NH,T,T] is the
-// forward's saved softmax. Per (b, h): dP = dO V^T, dV += P^T dO,
-// dS = P * (dP - rowsum(dP * P)), dQ += dS K / sqrt(hs),
-// dK += dS^T Q / sqrt(hs). Same scratch and matmul_type as the forward.
-Status AttentionBackward(float* dqkv, float* scratch, const float* dout,
-                         const float* qkv, const float* att, int B, int T,
-                         int C, int NH, DType matmul_type = DType::kF32,
-                         const std::uint16_t* qkv16 = nullptr);
 
 // dbias += the column sums of dout [N, OC].
 void BiasBackward(float* dbias, const float* dout, std::int64_t N, int OC);

@@ -1,5 +1,3 @@
-#include "model/gpt.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,22 +8,14 @@
 
 #include "compute/adamw.h"
 #include "compute/random.h"
+#include "model/decoder.h"
 #include "model/schedule.h"
 
-namespace multislice::model::gpt {
+namespace multislice::model {
 namespace {
 
 // V=11, T=4, C=8, NH=2, L=2, mlp=16.
-GptConfig TinyConfig() {
-  GptConfig c;
-  c.vocab_size = 11;
-  c.max_seq_len = 4;
-  c.emb_dim = 8;
-  c.num_heads = 2;
-  c.num_layers = 2;
-  c.mlp_dim = 16;
-  return c;
-}
+DecoderConfig TinyConfig() { return GptShape(11, 4, 8, 2, 2, 16); }
 
 // A fixed batch of B rows of T tokens; targets are the next token.
 struct Batch {
@@ -49,7 +39,7 @@ Batch MakeBatch(int B, int T, int V, uint64_t seed) {
 }
 
 TEST(GptTest, LayoutIsContiguousAndCountedByHand) {
-  const GptConfig c = TinyConfig();
+  const DecoderConfig c = TinyConfig();
   const std::vector<ParamTensor> layout = ParameterLayout(c);
   ASSERT_EQ(layout.size(), 2u + 12u * 2u + 2u);
   int64_t offset = 0;
@@ -74,20 +64,12 @@ TEST(GptTest, LayoutIsContiguousAndCountedByHand) {
   EXPECT_EQ(layout.back().name, "lnf.b");
 
   // GPT-2 small: 124,439,808 parameters with the tied head.
-  GptConfig gpt2;
-  gpt2.vocab_size = 50257;
-  gpt2.max_seq_len = 1024;
-  gpt2.emb_dim = 768;
-  gpt2.num_heads = 12;
-  gpt2.num_layers = 12;
-  gpt2.mlp_dim = 3072;
+  const DecoderConfig gpt2 = GptShape(50257, 1024, 768, 12, 12, 3072);
   EXPECT_EQ(NumParameters(gpt2), 124439808);
 }
 
 TEST(GptTest, InitFollowsGpt2Recipe) {
-  GptConfig c = TinyConfig();
-  c.emb_dim = 64;
-  c.mlp_dim = 256;
+  const DecoderConfig c = GptShape(11, 4, 64, 2, 2, 256);
   std::vector<float> params(NumParameters(c));
   InitParameters(c, 5, params.data());
   const std::vector<uint8_t> mask = WeightDecayMask(c);
@@ -111,17 +93,11 @@ TEST(GptTest, InitFollowsGpt2Recipe) {
 }
 
 TEST(GptTest, InitialLossIsNearLogVocab) {
-  GptConfig c;
-  c.vocab_size = 256;
-  c.max_seq_len = 16;
-  c.emb_dim = 64;
-  c.num_heads = 4;
-  c.num_layers = 2;
-  c.mlp_dim = 256;
+  const DecoderConfig c = GptShape(256, 16, 64, 4, 2, 256);
   std::vector<float> params(NumParameters(c));
   InitParameters(c, 1, params.data());
   const Batch batch = MakeBatch(4, 16, c.vocab_size, 3);
-  GptModel model(c);
+  Decoder model(c);
   Result<float> loss = model.Forward(params.data(), batch.tokens.data(),
                                      batch.targets.data(), 4, 16);
   ASSERT_TRUE(loss.ok()) << loss.status().message();
@@ -129,10 +105,10 @@ TEST(GptTest, InitialLossIsNearLogVocab) {
 }
 
 TEST(GptTest, ForwardRejectsBadInput) {
-  const GptConfig c = TinyConfig();
+  const DecoderConfig c = TinyConfig();
   std::vector<float> params(NumParameters(c));
   InitParameters(c, 1, params.data());
-  GptModel model(c);
+  Decoder model(c);
   std::vector<int32_t> tokens = {0, 1, 2, 3, 4};
   EXPECT_EQ(model.Forward(params.data(), tokens.data(), nullptr, 1, 5)
                 .status()
@@ -146,13 +122,13 @@ TEST(GptTest, ForwardRejectsBadInput) {
   std::vector<float> grads(params.size());
   EXPECT_EQ(model.Backward(params.data(), grads.data()).code(),
             StatusCode::kFailedPrecondition);
-  GptConfig bad = c;
+  DecoderConfig bad = c;
   bad.num_heads = 3;
   EXPECT_EQ(ValidateConfig(bad).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(GptTest, GradientMatchesFiniteDifferences) {
-  const GptConfig c = TinyConfig();
+  const DecoderConfig c = TinyConfig();
   const int B = 2, T = 4;
   const int64_t n = NumParameters(c);
   // Larger than the GPT-2 init so every path carries a sizeable gradient.
@@ -162,7 +138,7 @@ TEST(GptTest, GradientMatchesFiniteDifferences) {
     params[i] += 0.3f * compute::NormalAt(12, 0, static_cast<uint64_t>(i));
   }
   const Batch batch = MakeBatch(B, T, c.vocab_size, 4);
-  GptModel model(c);
+  Decoder model(c);
   ASSERT_TRUE(model
                   .Forward(params.data(), batch.tokens.data(),
                            batch.targets.data(), B, T)
@@ -208,12 +184,12 @@ TEST(GptTest, GradientMatchesFiniteDifferences) {
 // into NaNs, and twice into the same buffer, it gives the gradient it gives
 // into zeros (with a shorter sequence than wpe's rows, whose gradient is 0).
 TEST(GptTest, BackwardOverwritesEveryEntry) {
-  const GptConfig c = TinyConfig();
+  const DecoderConfig c = TinyConfig();
   const int64_t n = NumParameters(c);
   std::vector<float> params(n);
   InitParameters(c, 2, params.data());
   const Batch batch = MakeBatch(2, 3, c.vocab_size, 9);  // T=3 of 4 rows
-  GptModel model(c);
+  Decoder model(c);
   ASSERT_TRUE(model
                   .Forward(params.data(), batch.tokens.data(),
                            batch.targets.data(), 2, 3)
@@ -240,13 +216,13 @@ TEST(GptTest, BackwardOverwritesEveryEntry) {
 // each ending where the previous one began; and the gradient is the one a
 // Backward without the callback writes.
 TEST(GptTest, BackwardReportsEachRangeWhenFinal) {
-  GptConfig c = TinyConfig();
+  DecoderConfig c = TinyConfig();
   c.num_layers = 3;
   const int64_t n = NumParameters(c);
   std::vector<float> params(n);
   InitParameters(c, 4, params.data());
   const Batch batch = MakeBatch(2, c.max_seq_len, c.vocab_size, 5);
-  GptModel model(c);
+  Decoder model(c);
   ASSERT_TRUE(model
                   .Forward(params.data(), batch.tokens.data(),
                            batch.targets.data(), 2, c.max_seq_len)
@@ -290,7 +266,7 @@ TEST(GptTest, BackwardReportsEachRangeWhenFinal) {
 }
 
 // Trains on one fixed batch; returns the losses of every step.
-std::vector<float> Train(const GptConfig& c, uint64_t seed, int steps,
+std::vector<float> Train(const DecoderConfig& c, uint64_t seed, int steps,
                          DType matmul_type = DType::kF32) {
   const int B = 2, T = c.max_seq_len;
   const int64_t n = NumParameters(c);
@@ -298,7 +274,7 @@ std::vector<float> Train(const GptConfig& c, uint64_t seed, int steps,
   InitParameters(c, seed, params.data());
   const std::vector<uint8_t> mask = WeightDecayMask(c);
   const Batch batch = MakeBatch(B, T, c.vocab_size, seed + 1);
-  GptModel model(c, matmul_type);
+  Decoder model(c, matmul_type);
   std::vector<float> losses;
   for (int step = 1; step <= steps; ++step) {
     Result<float> loss = model.Forward(params.data(), batch.tokens.data(),
@@ -319,29 +295,21 @@ std::vector<float> Train(const GptConfig& c, uint64_t seed, int steps,
 }
 
 TEST(GptTest, AdamWStepsReduceLossOnFixedBatch) {
-  GptConfig c = TinyConfig();
-  c.vocab_size = 32;
-  c.max_seq_len = 8;
-  c.emb_dim = 32;
-  c.mlp_dim = 64;
+  const DecoderConfig c = GptShape(32, 8, 32, 2, 2, 64);
   const std::vector<float> losses = Train(c, 21, 30);
   EXPECT_LT(losses.back(), 0.5f * losses.front())
       << "first " << losses.front() << " last " << losses.back();
 }
 
 TEST(GptTest, Bf16MatmulsTrackF32) {
-  GptConfig c = TinyConfig();
-  c.vocab_size = 32;
-  c.max_seq_len = 8;
-  c.emb_dim = 32;
-  c.mlp_dim = 64;
+  const DecoderConfig c = GptShape(32, 8, 32, 2, 2, 64);
   const int B = 2, T = 8;
   const int64_t n = NumParameters(c);
   std::vector<float> params(n);
   InitParameters(c, 8, params.data());
   const Batch batch = MakeBatch(B, T, c.vocab_size, 8);
   std::vector<float> grads32(n, 0.0f), grads16(n, 0.0f);
-  GptModel f32_model(c), bf16_model(c, DType::kBF16);
+  Decoder f32_model(c), bf16_model(c, DType::kBF16);
   Result<float> loss32 = f32_model.Forward(params.data(), batch.tokens.data(),
                                            batch.targets.data(), B, T);
   Result<float> loss16 = bf16_model.Forward(params.data(), batch.tokens.data(),
@@ -360,7 +328,7 @@ TEST(GptTest, Bf16MatmulsTrackF32) {
 }
 
 TEST(GptTest, SameSeedGivesBitIdenticalLoss) {
-  const GptConfig c = TinyConfig();
+  const DecoderConfig c = TinyConfig();
   const std::vector<float> a = Train(c, 33, 3);
   const std::vector<float> b = Train(c, 33, 3);
   ASSERT_EQ(a.size(), b.size());
@@ -370,11 +338,11 @@ TEST(GptTest, SameSeedGivesBitIdenticalLoss) {
 }
 
 TEST(GptTest, LogitsWithoutTargets) {
-  const GptConfig c = TinyConfig();
+  const DecoderConfig c = TinyConfig();
   std::vector<float> params(NumParameters(c));
   InitParameters(c, 3, params.data());
   const Batch batch = MakeBatch(1, 4, c.vocab_size, 5);
-  GptModel model(c);
+  Decoder model(c);
   ASSERT_TRUE(model
                   .Forward(params.data(), batch.tokens.data(),
                            batch.targets.data(), 1, 4)
@@ -391,4 +359,4 @@ TEST(GptTest, LogitsWithoutTargets) {
 }
 
 }  // namespace
-}  // namespace multislice::model::gpt
+}  // namespace multislice::model

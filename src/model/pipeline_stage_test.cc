@@ -12,28 +12,19 @@
 #include <vector>
 
 #include "compute/random.h"
-#include "model/gpt.h"
+#include "model/decoder.h"
 #include "model/tensor_shard.h"
 
-namespace multislice::model::gpt {
+namespace multislice::model {
 namespace {
 
-GptConfig Config() {
-  GptConfig c;
-  c.vocab_size = 13;
-  c.max_seq_len = 6;
-  c.emb_dim = 16;
-  c.num_heads = 4;
-  c.num_layers = 4;
-  c.mlp_dim = 32;
-  return c;
-}
+DecoderConfig Config() { return GptShape(13, 6, 16, 4, 4, 32); }
 
 struct Batch {
   std::vector<int32_t> tokens, targets;
 };
 
-Batch MakeBatch(const GptConfig& c, int n) {
+Batch MakeBatch(const DecoderConfig& c, int n) {
   Batch b;
   for (int i = 0; i < n; ++i) {
     b.tokens.push_back(
@@ -45,7 +36,7 @@ Batch MakeBatch(const GptConfig& c, int n) {
 }
 
 TEST(PipelineStageTest, LayoutsSplitTheLayersAndTieTheHead) {
-  const GptConfig c = Config();
+  const DecoderConfig c = Config();
   const std::vector<ParamTensor> first = ParameterLayout(c, 1, {0, 2});
   const std::vector<ParamTensor> last = ParameterLayout(c, 1, {1, 2});
   EXPECT_EQ(first.front().name, "wte");
@@ -68,7 +59,7 @@ TEST(PipelineStageTest, LayoutsSplitTheLayersAndTieTheHead) {
 }
 
 TEST(PipelineStageTest, StagesMustDivideTheLayers) {
-  const GptConfig c = Config();
+  const DecoderConfig c = Config();
   EXPECT_TRUE(ValidatePipeline(c, 4).ok());
   const Status s = ValidatePipeline(c, 3);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
@@ -79,24 +70,24 @@ TEST(PipelineStageTest, StagesMustDivideTheLayers) {
 }
 
 void ExpectStagesMatchWhole(int p) {
-  const GptConfig c = Config();
+  const DecoderConfig c = Config();
   const int B = 2, T = c.max_seq_len, C = c.emb_dim;
   std::vector<float> params(NumParameters(c));
   InitParameters(c, 11, params.data());
   const Batch batch = MakeBatch(c, B * T);
-  GptModel whole(c);
+  Decoder whole(c);
   const float whole_loss = *whole.Forward(params.data(), batch.tokens.data(),
                                           batch.targets.data(), B, T);
   std::vector<float> whole_grads(params.size());
   ASSERT_TRUE(whole.Backward(params.data(), whole_grads.data()).ok());
 
-  std::vector<std::unique_ptr<GptModel>> stages;
+  std::vector<std::unique_ptr<Decoder>> stages;
   std::vector<std::vector<float>> local(p), grads(p);
   float loss = NAN;
   for (int s = 0; s < p; ++s) {
     const PipelineStage stage{s, p};
     stages.push_back(
-        std::make_unique<GptModel>(c, DType::kF32, TensorParallel{}, stage));
+        std::make_unique<Decoder>(c, DType::kF32, TensorParallel{}, stage));
     local[s].resize(NumParameters(c, 1, stage));
     ExtractTensorShard(c, 1, 0, params.data(), local[s].data(), stage);
     const float* input = s > 0 ? stages[s - 1]->output() : nullptr;
@@ -153,14 +144,14 @@ TEST(PipelineStageTest, FourStagesGiveTheWholeModelsLossAndGradient) {
 }
 
 TEST(PipelineStageTest, LaterStagesNeedTheirInputs) {
-  const GptConfig c = Config();
-  GptModel second(c, DType::kF32, TensorParallel{}, {1, 2});
+  const DecoderConfig c = Config();
+  Decoder second(c, DType::kF32, TensorParallel{}, {1, 2});
   std::vector<float> params(NumParameters(c, 1, {1, 2}));
   const Batch batch = MakeBatch(c, 6);
   Result<float> r = second.Forward(params.data(), nullptr, batch.targets.data(),
                                    1, 6, nullptr);
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  GptModel first(c, DType::kF32, TensorParallel{}, {0, 2});
+  Decoder first(c, DType::kF32, TensorParallel{}, {0, 2});
   std::vector<float> p0(NumParameters(c, 1, {0, 2})), g0(p0.size());
   ASSERT_TRUE(
       first.Forward(p0.data(), batch.tokens.data(), nullptr, 1, 6).ok());
@@ -169,4 +160,4 @@ TEST(PipelineStageTest, LaterStagesNeedTheirInputs) {
 }
 
 }  // namespace
-}  // namespace multislice::model::gpt
+}  // namespace multislice::model

@@ -13,22 +13,15 @@
 #include <vector>
 
 #include "compute/random.h"
-#include "model/gpt.h"
+#include "model/decoder.h"
 #include "model/tensor_shard.h"
 
-namespace multislice::model::gpt {
+namespace multislice::model {
 namespace {
 
-GptConfig Config() {
-  GptConfig c;
-  c.vocab_size = 13;
-  c.max_seq_len = 6;
-  c.emb_dim = 16;
-  c.num_heads = 4;
-  c.num_layers = 2;
-  c.mlp_dim = 32;
-  return c;
-}
+DecoderConfig Config() { return GptShape(13, 6, 16, 4, 2, 32); }
+
+bool Replicated(const ParamTensor& p) { return p.split == TensorSplit::kWhole; }
 
 // The sum of every rank's buffer, in rank order, written back to each.
 class ThreadAllReduce {
@@ -62,10 +55,10 @@ struct Run {
   std::vector<float> grads;
 };
 
-Run Whole(const GptConfig& c, DType type, const std::vector<float>& params,
+Run Whole(const DecoderConfig& c, DType type, const std::vector<float>& params,
           const std::vector<int32_t>& tokens,
           const std::vector<int32_t>& targets, int B, int T) {
-  GptModel model(c, type);
+  Decoder model(c, type);
   Run r;
   r.loss = *model.Forward(params.data(), tokens.data(), targets.data(), B, T);
   r.grads.resize(params.size());
@@ -75,7 +68,7 @@ Run Whole(const GptConfig& c, DType type, const std::vector<float>& params,
 
 void ExpectTensorParallelMatchesWhole(int t, DType type, float tolerance,
                                       bool started = false) {
-  const GptConfig c = Config();
+  const DecoderConfig c = Config();
   const int B = 2, T = c.max_seq_len;
   std::vector<float> params(NumParameters(c));
   InitParameters(c, 11, params.data());
@@ -107,7 +100,7 @@ void ExpectTensorParallelMatchesWhole(int t, DType type, float tolerance,
               [&reduce, r, buf, n] { return reduce.Run(r, buf, n); });
         };
       }
-      GptModel model(c, type, tp);
+      Decoder model(c, type, tp);
       std::vector<float> local(NumParameters(c, t));
       ExtractTensorShard(c, t, r, params.data(), local.data());
       Result<float> loss =
@@ -128,7 +121,7 @@ void ExpectTensorParallelMatchesWhole(int t, DType type, float tolerance,
   // `assembled` only if rank 0 was inserted last: compare each to rank 0).
   const std::vector<ParamTensor> local = ParameterLayout(c, t);
   for (const ParamTensor& p : local) {
-    if (!IsReplicatedTensor(p.name)) continue;
+    if (!Replicated(p)) continue;
     for (int r = 1; r < t; ++r) {
       for (int64_t i = 0; i < p.size; ++i) {
         ASSERT_EQ(ranks[r].grads[p.offset + i], ranks[0].grads[p.offset + i])
@@ -168,7 +161,7 @@ TEST(TensorParallelTest, TwoRanksTrackTheWholeModelBf16) {
 }
 
 TEST(TensorShardTest, RanksTileEverySplitTensorOnceAndRoundTrip) {
-  const GptConfig c = Config();
+  const DecoderConfig c = Config();
   const int t = 4;
   const int64_t n = NumParameters(c), local_n = NumParameters(c, t);
   std::vector<float> whole(n);
@@ -176,11 +169,11 @@ TEST(TensorShardTest, RanksTileEverySplitTensorOnceAndRoundTrip) {
   std::vector<int> hits(n, 0);
   int64_t split_values = 0;
   for (const ParamTensor& p : ParameterLayout(c)) {
-    if (!IsReplicatedTensor(p.name)) split_values += p.size;
+    if (!Replicated(p)) split_values += p.size;
   }
   int64_t local_split = 0;
   for (const ParamTensor& p : ParameterLayout(c, t)) {
-    if (!IsReplicatedTensor(p.name)) local_split += p.size;
+    if (!Replicated(p)) local_split += p.size;
   }
   EXPECT_EQ(local_split * t, split_values);
   for (int r = 0; r < t; ++r) {
@@ -194,7 +187,7 @@ TEST(TensorShardTest, RanksTileEverySplitTensorOnceAndRoundTrip) {
     EXPECT_EQ(again, local) << "rank " << r;
   }
   for (const ParamTensor& p : ParameterLayout(c)) {
-    const int want = IsReplicatedTensor(p.name) ? t : 1;
+    const int want = Replicated(p) ? t : 1;
     for (int64_t i = 0; i < p.size; ++i) {
       ASSERT_EQ(hits[p.offset + i], want) << p.name << " entry " << i;
     }
@@ -218,7 +211,7 @@ TEST(TensorShardTest, RanksTileEverySplitTensorOnceAndRoundTrip) {
 }
 
 TEST(TensorShardTest, RanksThatDoNotDivideHeadsOrMlpAreOneSentence) {
-  const GptConfig c = Config();
+  const DecoderConfig c = Config();
   EXPECT_TRUE(ValidateTensorParallelism(c, 4).ok());
   const Status s = ValidateTensorParallelism(c, 3);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
@@ -228,4 +221,4 @@ TEST(TensorShardTest, RanksThatDoNotDivideHeadsOrMlpAreOneSentence) {
 }
 
 }  // namespace
-}  // namespace multislice::model::gpt
+}  // namespace multislice::model

@@ -3,51 +3,38 @@
 #include <algorithm>
 #include <vector>
 
-namespace multislice::model::gpt {
+#include "model/block.h"
+
+namespace multislice::model {
 namespace {
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-enum class Split { kWhole, kColumns, kQkvColumns, kRows };
-
-Split SplitOf(const std::string& name) {
-  if (EndsWith(name, "qkv.w") || EndsWith(name, "qkv.b")) {
-    return Split::kQkvColumns;
-  }
-  if (EndsWith(name, "fc.w") || EndsWith(name, "fc.b")) return Split::kColumns;
-  if (EndsWith(name, "attn_proj.w") || EndsWith(name, "fc_proj.w")) {
-    return Split::kRows;
-  }
-  return Split::kWhole;
-}
 
 // Calls copy(whole_index, local_index, count) for each run of values of
 // tensor `w` (whole) that its rank-r part `l` holds.
 template <typename Copy>
 void ForEachRun(const ParamTensor& w, const ParamTensor& l, int t, int r,
                 const Copy& copy) {
-  const Split split = SplitOf(w.name);
-  if (split == Split::kWhole) {
-    copy(w.offset, l.offset, w.size);
-    return;
-  }
-  if (split == Split::kRows) {
-    // The rank's rows of [rows, cols]: one contiguous run.
-    copy(w.offset + r * l.size, l.offset, l.size);
-    return;
+  switch (w.split) {
+    case TensorSplit::kWhole:
+      copy(w.offset, l.offset, w.size);
+      return;
+    case TensorSplit::kRows:
+      // The rank's rows of [rows, cols]: one contiguous run.
+      copy(w.offset + r * l.size, l.offset, l.size);
+      return;
+    case TensorSplit::kColumns:
+      break;
   }
   const int64_t whole_cols = w.shape.back();
+  const int64_t local_cols = l.shape.back();
   const int64_t n_rows = w.shape.size() == 2 ? w.shape[0] : 1;
-  const int blocks = split == Split::kQkvColumns ? 3 : 1;
-  const int64_t block = whole_cols / blocks, part = block / t;
-  const int64_t local_cols = part * blocks;
   for (int64_t i = 0; i < n_rows; ++i) {
-    for (int b = 0; b < blocks; ++b) {
-      copy(w.offset + i * whole_cols + b * block + r * part,
-           l.offset + i * local_cols + b * part, part);
+    int64_t whole_begin = 0, local_begin = 0;
+    for (int64_t block : w.column_blocks) {
+      const int64_t part = block / t;
+      copy(w.offset + i * whole_cols + whole_begin + r * part,
+           l.offset + i * local_cols + local_begin, part);
+      whole_begin += block;
+      local_begin += part;
     }
   }
 }
@@ -55,7 +42,7 @@ void ForEachRun(const ParamTensor& w, const ParamTensor& l, int t, int r,
 // The local layout (a stage's) holds a subsequence of the whole model's
 // tensors, in the same order.
 template <typename Copy>
-void ForEachTensorRun(const GptConfig& config, int t, int r,
+void ForEachTensorRun(const DecoderConfig& config, int t, int r,
                       const PipelineStage& stage, const Copy& copy) {
   const std::vector<ParamTensor> whole = ParameterLayout(config);
   const std::vector<ParamTensor> local = ParameterLayout(config, t, stage);
@@ -68,24 +55,12 @@ void ForEachTensorRun(const GptConfig& config, int t, int r,
 
 }  // namespace
 
-Status ValidateTensorParallelism(const GptConfig& config,
+Status ValidateTensorParallelism(const DecoderConfig& config,
                                  int tensor_parallelism) {
-  const int t = tensor_parallelism;
-  if (t < 1) {
-    return InvalidArgument("tensor parallelism " + std::to_string(t) +
-                           ": expected at least 1");
-  }
-  if (config.num_heads % t != 0 || config.mlp_dim % t != 0) {
-    return InvalidArgument(
-        "tensor parallelism " + std::to_string(t) + " must divide num_heads (" +
-        std::to_string(config.num_heads) + ") and mlp_dim (" +
-        std::to_string(config.mlp_dim) +
-        "): each rank holds whole heads and an equal part of the MLP");
-  }
-  return OkStatus();
+  return ValidateBlockTensorParallelism(config, tensor_parallelism);
 }
 
-void ExtractTensorShard(const GptConfig& config, int t, int rank,
+void ExtractTensorShard(const DecoderConfig& config, int t, int rank,
                         const float* whole, float* local,
                         const PipelineStage& stage) {
   ForEachTensorRun(config, t, rank, stage,
@@ -94,7 +69,7 @@ void ExtractTensorShard(const GptConfig& config, int t, int rank,
                    });
 }
 
-void InsertTensorShard(const GptConfig& config, int t, int rank,
+void InsertTensorShard(const DecoderConfig& config, int t, int rank,
                        const float* local, float* whole,
                        const PipelineStage& stage) {
   ForEachTensorRun(config, t, rank, stage,
@@ -103,8 +78,4 @@ void InsertTensorShard(const GptConfig& config, int t, int rank,
                    });
 }
 
-bool IsReplicatedTensor(const std::string& name) {
-  return SplitOf(name) == Split::kWhole;
-}
-
-}  // namespace multislice::model::gpt
+}  // namespace multislice::model

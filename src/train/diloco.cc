@@ -250,9 +250,9 @@ void OuterOptimizer::Resume(int64_t step) {
   in_flight_ = InFlight{fragment, start + options_.overlap_steps, true};
 }
 
-Result<FragmentRanges> LayerFragments(const model::gpt::GptConfig& model,
+Result<FragmentRanges> LayerFragments(const model::DecoderConfig& model,
                                       int tensor_size,
-                                      model::gpt::PipelineStage stage,
+                                      model::PipelineStage stage,
                                       int fragments) {
   const int layers = model.num_layers;
   if (fragments < 1 || fragments > layers) {
@@ -262,8 +262,8 @@ Result<FragmentRanges> LayerFragments(const model::gpt::GptConfig& model,
                            "), each fragment holding whole layers");
   }
   FragmentRanges out(static_cast<size_t>(fragments));
-  for (const model::gpt::ParamTensor& t :
-       model::gpt::ParameterLayout(model, tensor_size, stage)) {
+  for (const model::ParamTensor& t :
+       model::ParameterLayout(model, tensor_size, stage)) {
     int f = 0;  // wte (either stage's copy) and wpe
     if (t.name.rfind("lnf.", 0) == 0) {
       f = fragments - 1;

@@ -57,7 +57,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "model/gpt.h"
+#include "model/decoder.h"
 #include "runtime/collectives.h"
 #include "runtime/wire.h"
 
@@ -184,7 +184,7 @@ class OuterOptimizer {
 };
 
 // The fragments of whole layers of a (stage, tensor rank) flat buffer
-// (model::gpt::ParameterLayout(model, tensor_size, stage)): fragment f holds
+// (model::ParameterLayout(model, tensor_size, stage)): fragment f holds
 // the global layers [f L / F, (f + 1) L / F) (integer division; the
 // tensors named "h<l>."), the tensors before the first layer (wte, wpe) go
 // with fragment 0, and lnf with fragment F - 1, except the last stage's copy
@@ -192,9 +192,9 @@ class OuterOptimizer {
 // both copies of the tied weight sync at the same steps and stay equal).
 // Buffer positions, adjacent ranges merged; a fragment may have no range on
 // a stage. kInvalidArgument when F < 1 or F > layers.
-Result<FragmentRanges> LayerFragments(const model::gpt::GptConfig& model,
+Result<FragmentRanges> LayerFragments(const model::DecoderConfig& model,
                                       int tensor_size,
-                                      model::gpt::PipelineStage stage,
+                                      model::PipelineStage stage,
                                       int fragments);
 
 // Those fragments cut to the shard [begin, begin + count), in shard

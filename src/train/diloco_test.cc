@@ -35,7 +35,7 @@
 #include <string>
 #include <vector>
 
-#include "model/gpt.h"
+#include "model/decoder.h"
 #include "runtime/comm/types.h"
 #include "runtime/test_support.h"
 #include "runtime/wire.h"
@@ -645,13 +645,8 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return std::string(info.param.name); });
 
 // A 4-layer model small enough to walk every position.
-model::gpt::GptConfig SmallModel() {
-  return {.vocab_size = 16,
-          .max_seq_len = 8,
-          .emb_dim = 8,
-          .num_heads = 2,
-          .num_layers = 4,
-          .mlp_dim = 16};
+model::DecoderConfig SmallModel() {
+  return model::GptShape(16, 8, 8, 2, 4, 16);
 }
 
 // The fragment of each position (-1: none; -2: more than one).
@@ -669,7 +664,7 @@ std::vector<int> Owners(const FragmentRanges& fragments, int64_t count) {
 }
 
 TEST(LayerFragmentsTest, WholeTensorsByLayer) {
-  const model::gpt::GptConfig m = SmallModel();
+  const model::DecoderConfig m = SmallModel();
   const int layers = m.num_layers;
   for (int fragments : {1, 2, 4}) {
     for (int stages : {1, 2}) {
@@ -678,17 +673,17 @@ TEST(LayerFragmentsTest, WholeTensorsByLayer) {
           SCOPED_TRACE("F " + std::to_string(fragments) + ", stage " +
                        std::to_string(index) + " of " + std::to_string(stages) +
                        ", tensor " + std::to_string(tensor));
-          const model::gpt::PipelineStage stage{index, stages};
+          const model::PipelineStage stage{index, stages};
           Result<FragmentRanges> got =
               LayerFragments(m, tensor, stage, fragments);
           ASSERT_TRUE(got.ok()) << got.status().message();
           ASSERT_EQ(got->size(), static_cast<size_t>(fragments));
-          const std::vector<model::gpt::ParamTensor> layout =
-              model::gpt::ParameterLayout(m, tensor, stage);
+          const std::vector<model::ParamTensor> layout =
+              model::ParameterLayout(m, tensor, stage);
           const int64_t count = layout.back().offset + layout.back().size;
           const std::vector<int> owner = Owners(*got, count);
           ASSERT_EQ(owner.size(), static_cast<size_t>(count));
-          for (const model::gpt::ParamTensor& t : layout) {
+          for (const model::ParamTensor& t : layout) {
             int want = 0;  // wte (both copies) and wpe
             if (t.name.rfind("lnf.", 0) == 0) want = fragments - 1;
             if (t.name[0] == 'h') {
@@ -710,12 +705,12 @@ TEST(LayerFragmentsTest, WholeTensorsByLayer) {
 
 TEST(LayerFragmentsTest, UnevenSplitFollowsTheIntegerDivision) {
   // F = 3 of 4 layers: [0, 1), [1, 2), [2, 4).
-  const model::gpt::GptConfig m = SmallModel();
+  const model::DecoderConfig m = SmallModel();
   Result<FragmentRanges> got = LayerFragments(m, 1, {}, 3);
   ASSERT_TRUE(got.ok());
-  const std::vector<int> owner = Owners(*got, model::gpt::NumParameters(m, 1));
+  const std::vector<int> owner = Owners(*got, model::NumParameters(m, 1));
   const int want_by_layer[] = {0, 1, 2, 2};
-  for (const model::gpt::ParamTensor& t : model::gpt::ParameterLayout(m, 1)) {
+  for (const model::ParamTensor& t : model::ParameterLayout(m, 1)) {
     if (t.name[0] != 'h') continue;
     EXPECT_EQ(owner[t.offset], want_by_layer[std::atoi(t.name.c_str() + 1)])
         << t.name;
@@ -723,7 +718,7 @@ TEST(LayerFragmentsTest, UnevenSplitFollowsTheIntegerDivision) {
 }
 
 TEST(LayerFragmentsTest, RefusesFragmentsOutsideOneToLayers) {
-  const model::gpt::GptConfig m = SmallModel();
+  const model::DecoderConfig m = SmallModel();
   for (int fragments : {0, 5}) {
     Result<FragmentRanges> got = LayerFragments(m, 1, {}, fragments);
     ASSERT_FALSE(got.ok());
@@ -734,10 +729,10 @@ TEST(LayerFragmentsTest, RefusesFragmentsOutsideOneToLayers) {
 }
 
 TEST(ShardFragmentsTest, ThreeShardsKeepEveryPositionsFragment) {
-  const model::gpt::GptConfig m = SmallModel();
+  const model::DecoderConfig m = SmallModel();
   Result<FragmentRanges> layers = LayerFragments(m, 1, {}, 4);
   ASSERT_TRUE(layers.ok());
-  const int64_t model_count = model::gpt::NumParameters(m, 1);
+  const int64_t model_count = model::NumParameters(m, 1);
   for (const auto& [fragments, count] :
        {std::pair{*layers, model_count}, std::pair{TestFragments(4), kCount}}) {
     const std::vector<int> whole = Owners(fragments, count);

@@ -2,7 +2,7 @@
 // backward pass still runs.
 //
 // The backward pass finishes the gradient of the last layers first
-// (model::gpt::GptModel::Backward reports each range as it becomes final).
+// (model::Decoder::Backward reports each range as it becomes final).
 // GradientBuckets gathers adjacent ranges until a bucket holds at least
 // `min_bucket` elements and starts its all-reduce at once, so the transfer
 // of the last layers' gradients (over DCN when the axis spans slices) runs

@@ -8,8 +8,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "compute/gpt_ops.h"
-#include "model/gpt.h"
+#include "compute/attention.h"
+#include "model/decoder.h"
 #include "train/pipeline_schedule.h"
 #include "train/trainer.h"
 
@@ -28,6 +28,16 @@ constexpr uint64_t kWidenedPanelBytes = 8 * kMiB;
 // attention's width (A = C / t), heads and the MLP's width are its share.
 // A pipeline stage's model has L / p layers and its microbatch's rows (the
 // head's buffers counted as on the last stage: an upper bound).
+compute::AttentionShape AttentionShapeOf(const TrainConfig& c, int t,
+                                         uint64_t B) {
+  compute::AttentionShape s;
+  s.B = static_cast<int>(B);
+  s.T = c.max_target_length;
+  s.heads = s.kv_heads = c.num_heads / t;
+  s.head_dim = c.emb_dim / c.num_heads;
+  return s;
+}
+
 uint64_t ActivationBytesPerModel(const TrainConfig& c, bool via_f32, int t,
                                  uint64_t B, uint64_t L) {
   const bool bf16 = MatmulDType(c) == DType::kBF16;
@@ -50,9 +60,8 @@ uint64_t ActivationBytesPerModel(const TrainConfig& c, bool via_f32, int t,
   // probabilities and their gradient; the attention scratch.
   const uint64_t head =
       kF32 * (4 * n * C + 3 * n * V + 4 * n +
-              static_cast<uint64_t>(compute::gpt::AttentionScratchSize(
-                  static_cast<int>(B), c.max_target_length, static_cast<int>(A),
-                  MatmulDType(c))));
+              static_cast<uint64_t>(compute::AttentionScratchSize(
+                  AttentionShapeOf(c, t, B), MatmulDType(c))));
   // bf16: lnf's copy, an output gradient's copy and the matmul scratch of
   // the operands rounded on the fly.
   const uint64_t rounded = bf16 ? kBf16 * (n * C + 3 * n * widest) : 0;
@@ -195,14 +204,14 @@ MemoryEstimate EstimateWorkerMemory(const TrainConfig& c,
                                     const WorkerShape& s) {
   // The tensor rank's parameters (the whole model's without tensor
   // parallelism) of the largest pipeline stage (the first).
-  const uint64_t N = static_cast<uint64_t>(model::gpt::NumParameters(
-      GptConfigOf(c), std::max(s.tensor, 1), {0, std::max(s.stages, 1)}));
+  const uint64_t N = static_cast<uint64_t>(model::NumParameters(
+      DecoderConfigOf(c), std::max(s.tensor, 1), {0, std::max(s.stages, 1)}));
   const uint64_t local = static_cast<uint64_t>(s.local_devices);
   MemoryEstimate e;
   e.local_devices = s.local_devices;
   e.per_device_batch_size = c.per_device_batch_size;
   const uint64_t whole =
-      static_cast<uint64_t>(model::gpt::NumParameters(GptConfigOf(c)));
+      static_cast<uint64_t>(model::NumParameters(DecoderConfigOf(c)));
   e.weights_and_optimizer =
       local * WeightBytesPerDevice(c, N, s.fsdp) + N +
       (s.restoring

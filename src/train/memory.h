@@ -18,7 +18,7 @@
 //     the pending sum with overlapped syncs, and a copy of the
 //     pseudo-gradient with diloco_continue_on_failure), and a restored
 //     checkpoint holds every replica's state and the outer state.
-//   activations, per device: what GptModel keeps for the backward of its
+//   activations, per device: what the Decoder keeps for the backward of its
 //     B x T tokens (B x t rows and C/t, heads/t, mlp/t of the attention
 //     and the MLP with tensor parallelism t; per layer 8 [BT, C] tensors,
 //     the [B, heads, T, T]

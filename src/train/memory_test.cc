@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "common/temp_dir.h"
-#include "model/gpt.h"
+#include "model/decoder.h"
 #include "train/trainer.h"
 
 namespace multislice::train {
@@ -38,7 +38,7 @@ void Write(const std::string& path, const std::string& text) {
 TEST(MemoryEstimateTest, TermsFollowTheAllocations) {
   TrainConfig c = SmallConfig();
   c.enable_checkpointing = false;
-  const uint64_t N = model::gpt::NumParameters(GptConfigOf(c));
+  const uint64_t N = model::NumParameters(DecoderConfigOf(c));
   WorkerShape one;
   const MemoryEstimate base = EstimateWorkerMemory(c, one);
   // f32, one device, no fsdp: weights, m, v and the gradient, plus the mask.

@@ -12,7 +12,7 @@ class WholeModelStep : public ModelStep {
                       DeviceBuffers& b) override {
     ASSIGN_OR_RETURN(float loss, Evaluate(batch, b.weights));
     RETURN_IF_ERROR(plan.ReduceGradients(
-        [&](const model::gpt::GptModel::GradientReady& ready, float* grads) {
+        [&](const model::Decoder::GradientReady& ready, float* grads) {
           return gpt_.Backward(b.weights, grads, ready);
         },
         b));
@@ -26,7 +26,7 @@ class WholeModelStep : public ModelStep {
 
  private:
   const PipelineStepOptions o_;
-  model::gpt::GptModel gpt_;
+  model::Decoder gpt_;
 };
 
 class PipelineModelStep : public ModelStep {
@@ -40,7 +40,7 @@ class PipelineModelStep : public ModelStep {
     // The whole gradient is final only after the last microbatch: one
     // range, reduced after the schedule.
     RETURN_IF_ERROR(plan.ReduceGradients(
-        [&](const model::gpt::GptModel::GradientReady& ready,
+        [&](const model::Decoder::GradientReady& ready,
             float* grads) -> Status {
           ASSIGN_OR_RETURN(loss, step_.Train(b.weights, batch.inputs.data(),
                                              batch.targets.data(), grads));

@@ -12,7 +12,7 @@
 #include <memory>
 
 #include "common/status.h"
-#include "model/gpt.h"
+#include "model/decoder.h"
 #include "train/data.h"
 #include "train/parallel_plan.h"
 #include "train/pipeline_step.h"

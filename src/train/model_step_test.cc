@@ -21,21 +21,12 @@
 namespace multislice::train {
 namespace {
 
-model::gpt::GptConfig Config() {
-  model::gpt::GptConfig c;
-  c.vocab_size = 17;
-  c.max_seq_len = 8;
-  c.emb_dim = 16;
-  c.num_heads = 2;
-  c.num_layers = 2;
-  c.mlp_dim = 32;
-  return c;
-}
+model::DecoderConfig Config() { return model::GptShape(17, 8, 16, 2, 2, 32); }
 
 constexpr int kRowsPerShard = 4;
 
 // Rows [first, first + rows) of global batch `k`.
-Batch MakeBatch(const model::gpt::GptConfig& c, int k, int first, int rows) {
+Batch MakeBatch(const model::DecoderConfig& c, int k, int first, int rows) {
   Batch b;
   b.rows = rows;
   b.seq_len = c.max_seq_len;
@@ -49,15 +40,15 @@ Batch MakeBatch(const model::gpt::GptConfig& c, int k, int first, int rows) {
 }
 
 int CheckOnDevice(runtime::Runtime& rt, int local) {
-  const model::gpt::GptConfig c = Config();
+  const model::DecoderConfig c = Config();
   auto plan = ParallelPlan::Create(rt.collectives(local), c);
   if (!plan.ok()) return 1;
   const int shards = plan->batch_shards();
   const int global_rows = kRowsPerShard * shards;
-  std::vector<float> whole(model::gpt::NumParameters(c));
-  model::gpt::InitParameters(c, 3, whole.data());
+  std::vector<float> whole(model::NumParameters(c));
+  model::InitParameters(c, 3, whole.data());
   // The reference: the whole model on the whole batch.
-  model::gpt::GptModel reference(c);
+  model::Decoder reference(c);
   const Batch global = MakeBatch(c, 0, 0, global_rows);
   (void)reference.Forward(whole.data(), global.inputs.data(),
                           global.targets.data(), global_rows, c.max_seq_len);
@@ -74,13 +65,13 @@ int CheckOnDevice(runtime::Runtime& rt, int local) {
   for (float g : whole_grads) largest = std::max(largest, double{std::fabs(g)});
 
   // This device's state: its part of the model, its shard of that.
-  const model::gpt::PipelineStage stage = plan->ModelStage();
+  const model::PipelineStage stage = plan->ModelStage();
   const int t = plan->tensor_size();
   std::vector<float> part(plan->num_parameters()), want(part.size());
-  model::gpt::ExtractTensorShard(c, t, plan->tensor_rank(), whole.data(),
-                                 part.data(), stage);
-  model::gpt::ExtractTensorShard(c, t, plan->tensor_rank(), whole_grads.data(),
-                                 want.data(), stage);
+  model::ExtractTensorShard(c, t, plan->tensor_rank(), whole.data(),
+                            part.data(), stage);
+  model::ExtractTensorShard(c, t, plan->tensor_rank(), whole_grads.data(),
+                            want.data(), stage);
   DeviceBuffers b = plan->Allocate();
   std::copy_n(part.begin() + plan->shard_begin(), plan->shard_count(),
               b.shard.begin());

@@ -13,7 +13,7 @@ namespace multislice::train {
 
 class ShardOptimizer {
  public:
-  // decay_mask: model::gpt::WeightDecayMask of the whole buffer; the plan's
+  // decay_mask: model::WeightDecayMask of the whole buffer; the plan's
   // shard reads its part. num_devices: the summed gradient's divisor.
   ShardOptimizer(const TrainConfig& config, std::vector<uint8_t> decay_mask,
                  int64_t shard_begin, int num_devices);

@@ -58,25 +58,24 @@ Result<ParallelPlan> ParallelPlan::Create(runtime::DeviceCollectives& coll,
 }
 
 Result<ParallelPlan> ParallelPlan::Create(runtime::DeviceCollectives& coll,
-                                          const model::gpt::GptConfig& model) {
+                                          const model::DecoderConfig& model) {
   ParallelPlan plan(coll, 0);
   RETURN_IF_ERROR(plan.FindGroups());
   const int t = plan.tensor_size();
-  RETURN_IF_ERROR(model::gpt::ValidateTensorParallelism(model, t));
-  RETURN_IF_ERROR(model::gpt::ValidatePipeline(model, plan.stage_size()));
-  const model::gpt::PipelineStage stage = plan.ModelStage();
-  plan.n_ = model::gpt::NumParameters(model, t, stage);
+  RETURN_IF_ERROR(model::ValidateTensorParallelism(model, t));
+  RETURN_IF_ERROR(model::ValidatePipeline(model, plan.stage_size()));
+  const model::PipelineStage stage = plan.ModelStage();
+  plan.n_ = model::NumParameters(model, t, stage);
   plan.Partition();
   const int64_t end = plan.begin_ + plan.count_;
-  auto add = [&](const model::gpt::ParamTensor& p,
+  auto add = [&](const model::ParamTensor& p,
                  std::vector<std::pair<int64_t, int64_t>>& ranges) {
     const int64_t lo = std::max(p.offset, plan.begin_);
     const int64_t hi = std::min(p.offset + p.size, end);
     if (lo < hi) ranges.emplace_back(lo - plan.begin_, hi - plan.begin_);
   };
-  for (const model::gpt::ParamTensor& p :
-       model::gpt::ParameterLayout(model, t, stage)) {
-    if (t > 1 && model::gpt::IsReplicatedTensor(p.name)) {
+  for (const model::ParamTensor& p : model::ParameterLayout(model, t, stage)) {
+    if (t > 1 && p.split == model::TensorSplit::kWhole) {
       add(p, plan.replicated_);
     }
     // The last stage's copy of the tied wte: the first stage counts it.
@@ -91,13 +90,13 @@ Result<ParallelPlan> ParallelPlan::Create(runtime::DeviceCollectives& coll,
   return plan;
 }
 
-model::gpt::PipelineStage ParallelPlan::ModelStage() const {
+model::PipelineStage ParallelPlan::ModelStage() const {
   return {stage_->rank, stage_->size};
 }
 
 Status ParallelPlan::SumTiedEmbedding(float* grads) {
   if (tied_count_ == 0) return OkStatus();
-  const model::gpt::PipelineStage stage = ModelStage();
+  const model::PipelineStage stage = ModelStage();
   const int other = stage.first() ? stage.count - 1 : 0;
   const auto n = static_cast<size_t>(tied_count_);
   tied_scratch_.resize(n);
@@ -120,8 +119,8 @@ Status ParallelPlan::SumTiedEmbedding(float* grads) {
   return OkStatus();
 }
 
-model::gpt::TensorParallel ParallelPlan::ModelTensor() {
-  model::gpt::TensorParallel tp;
+model::TensorParallel ParallelPlan::ModelTensor() {
+  model::TensorParallel tp;
   tp.size = tensor_->size;
   tp.rank = tensor_->rank;
   runtime::DeviceCollectives* coll = coll_;
@@ -129,8 +128,7 @@ model::gpt::TensorParallel ParallelPlan::ModelTensor() {
     auto handle = std::make_shared<runtime::CollectiveHandle>(
         coll->AllReduce({"tensor"}, buf, buf, static_cast<size_t>(count),
                         DType::kF32, runtime::ReduceOp::kSum, "activations"));
-    return model::gpt::TensorParallel::Wait(
-        [handle] { return handle->Wait(); });
+    return model::TensorParallel::Wait([handle] { return handle->Wait(); });
   };
   tp.all_reduce = [start = tp.start_all_reduce](float* buf, int64_t count) {
     return start(buf, count)();

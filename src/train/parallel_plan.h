@@ -1,7 +1,7 @@
 // The parallel plan of one device: which shard of the training state it
 // holds and which collectives a training step issues, derived from the mesh.
 //
-// Pipeline stages (model/gpt.h, PipelineStage): a device of stage s holds
+// Pipeline stages (model/layout.h, PipelineStage): a device of stage s holds
 // stage s's tensors, the flat buffer below is that stage's
 // (ParameterLayout(model, t, stage)), and the stage group sees the same rows
 // of the batch (pipeline_step.h runs them).
@@ -40,7 +40,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "model/gpt.h"
+#include "model/decoder.h"
 #include "runtime/collectives.h"
 
 namespace multislice::train {
@@ -61,7 +61,7 @@ class ParallelPlan {
   // The plan of coll's device for `model`, split over the mesh's tensor
   // axis (kInvalidArgument when it does not divide the heads and the MLP).
   static Result<ParallelPlan> Create(runtime::DeviceCollectives& coll,
-                                     const model::gpt::GptConfig& model);
+                                     const model::DecoderConfig& model);
   // For a flat buffer of num_parameters values without a model (no tensor
   // axis larger than 1).
   static Result<ParallelPlan> Create(runtime::DeviceCollectives& coll,
@@ -78,7 +78,7 @@ class ParallelPlan {
   int stage_rank() const { return stage_->rank; }
   int stage_size() const { return stage_->size; }
   // The pipeline stage of the model this device runs (the stage axis).
-  model::gpt::PipelineStage ModelStage() const;
+  model::PipelineStage ModelStage() const;
   int diloco_rank() const { return diloco_->rank; }
   int diloco_size() const { return diloco_->size; }
   // This device's part of the batch: the tensor group's index over diloco,
@@ -94,8 +94,8 @@ class ParallelPlan {
 
   runtime::DeviceCollectives& collectives() const { return *coll_; }
 
-  // What the model needs for its tensor all-reduces (model/gpt.h).
-  model::gpt::TensorParallel ModelTensor();
+  // What the model needs for its tensor all-reduces (model/block.h).
+  model::TensorParallel ModelTensor();
 
   // On the first and the last pipeline stage (p > 1): grads' wte part
   // (at offset 0 of both layouts) += the other end's, so that both hold
@@ -123,10 +123,10 @@ class ParallelPlan {
 
   // backward(ready, grads) runs the backward pass into grads, calling
   // ready(offset, count) for each range as it becomes final
-  // (model::gpt::GptModel::Backward); then b.gradient holds this device's
+  // (model::Decoder::Backward); then b.gradient holds this device's
   // shard of the gradient summed over every device.
   using Backward = std::function<Status(
-      const model::gpt::GptModel::GradientReady& ready, float* grads)>;
+      const model::Decoder::GradientReady& ready, float* grads)>;
   Status ReduceGradients(const Backward& backward, DeviceBuffers& b);
 
   // values[0..n) summed (or op) over every axis, in place.

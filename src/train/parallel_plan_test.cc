@@ -45,7 +45,7 @@ int CheckOnDevice(runtime::Runtime& rt, int local) {
     }
   }
   // A backward that writes the gradient from the end in three ranges.
-  auto backward = [&](const model::gpt::GptModel::GradientReady& ready,
+  auto backward = [&](const model::Decoder::GradientReady& ready,
                       float* grads) -> Status {
     const int64_t cuts[4] = {kSize, 150000, 70001, 0};
     for (int r = 0; r < 3; ++r) {

@@ -18,7 +18,7 @@ double Since(Clock::time_point start) {
 }  // namespace
 
 struct PipelineStep::Slot {
-  std::unique_ptr<model::gpt::GptModel> model;
+  std::unique_ptr<model::Decoder> model;
   std::vector<float> input, output_grad;  // what the neighbours send
   runtime::CollectiveHandle input_recv, grad_recv;
   std::vector<runtime::CollectiveHandle> sends;
@@ -26,7 +26,7 @@ struct PipelineStep::Slot {
 
 PipelineStep::PipelineStep(runtime::DeviceCollectives& coll,
                            PipelineStepOptions options,
-                           const model::gpt::TensorParallel& tensor)
+                           const model::TensorParallel& tensor)
     : coll_(coll),
       o_(std::move(options)),
       micro_rows_(o_.rows / o_.microbatches),
@@ -35,15 +35,15 @@ PipelineStep::PipelineStep(runtime::DeviceCollectives& coll,
                                          o_.stage.count, o_.microbatches);
   for (int k = 0; k < slots; ++k) {
     auto slot = std::make_unique<Slot>();
-    slot->model = std::make_unique<model::gpt::GptModel>(
-        o_.model, o_.matmul_type, tensor, o_.stage);
+    slot->model = std::make_unique<model::Decoder>(o_.model, o_.matmul_type,
+                                                   tensor, o_.stage);
     if (!o_.stage.first()) slot->input.resize(activation_size_);
     if (!o_.stage.last()) slot->output_grad.resize(activation_size_);
     slots_.push_back(std::move(slot));
   }
   if (o_.microbatches > 1) {
     micro_grads_.resize(static_cast<size_t>(
-        model::gpt::NumParameters(o_.model, tensor.size, o_.stage)));
+        model::NumParameters(o_.model, tensor.size, o_.stage)));
   }
 }
 

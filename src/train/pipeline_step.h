@@ -17,7 +17,7 @@
 
 #include "common/dtype.h"
 #include "common/status.h"
-#include "model/gpt.h"
+#include "model/decoder.h"
 #include "runtime/collectives.h"
 #include "train/pipeline_schedule.h"
 
@@ -25,9 +25,9 @@ namespace multislice::train {
 
 // Also the options of train/model_step.h's step without stages.
 struct PipelineStepOptions {
-  model::gpt::GptConfig model;
+  model::DecoderConfig model;
   DType matmul_type = DType::kF32;
-  model::gpt::PipelineStage stage;
+  model::PipelineStage stage;
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
   int microbatches = 1;
   int rows = 1;     // of the device's batch, divisible by microbatches
@@ -38,7 +38,7 @@ class PipelineStep {
  public:
   // tensor: the stage's tensor group (ParallelPlan::ModelTensor()).
   PipelineStep(runtime::DeviceCollectives& coll, PipelineStepOptions options,
-               const model::gpt::TensorParallel& tensor);
+               const model::TensorParallel& tensor);
   ~PipelineStep();
   PipelineStep(const PipelineStep&) = delete;
   PipelineStep& operator=(const PipelineStep&) = delete;

@@ -23,16 +23,7 @@
 namespace multislice::train {
 namespace {
 
-model::gpt::GptConfig Config() {
-  model::gpt::GptConfig c;
-  c.vocab_size = 17;
-  c.max_seq_len = 8;
-  c.emb_dim = 16;
-  c.num_heads = 2;
-  c.num_layers = 4;
-  c.mlp_dim = 32;
-  return c;
-}
+model::DecoderConfig Config() { return model::GptShape(17, 8, 16, 2, 4, 32); }
 
 constexpr int kRows = 8;
 
@@ -42,10 +33,10 @@ struct Reference {
   float loss = 0;
 };
 
-Reference WholeModel(const model::gpt::GptConfig& c) {
+Reference WholeModel(const model::DecoderConfig& c) {
   Reference r;
-  r.params.resize(model::gpt::NumParameters(c));
-  model::gpt::InitParameters(c, 7, r.params.data());
+  r.params.resize(model::NumParameters(c));
+  model::InitParameters(c, 7, r.params.data());
   const int n = kRows * c.max_seq_len;
   for (int i = 0; i < n; ++i) {
     r.tokens.push_back(
@@ -53,7 +44,7 @@ Reference WholeModel(const model::gpt::GptConfig& c) {
     r.targets.push_back(
         static_cast<int32_t>(compute::UniformAt(9, 2, i) * c.vocab_size));
   }
-  model::gpt::GptModel whole(c);
+  model::Decoder whole(c);
   r.loss = *whole.Forward(r.params.data(), r.tokens.data(), r.targets.data(),
                           kRows, c.max_seq_len);
   r.grads.resize(r.params.size());
@@ -62,19 +53,18 @@ Reference WholeModel(const model::gpt::GptConfig& c) {
 }
 
 int CheckOnDevice(runtime::Runtime& rt, int local) {
-  const model::gpt::GptConfig c = Config();
+  const model::DecoderConfig c = Config();
   const Reference ref = WholeModel(c);
   auto plan = ParallelPlan::Create(rt.collectives(local), c);
   if (!plan.ok()) {
     std::fprintf(stderr, "%s\n", plan.status().message().c_str());
     return 1;
   }
-  const model::gpt::PipelineStage stage = plan->ModelStage();
+  const model::PipelineStage stage = plan->ModelStage();
   const int64_t n = plan->num_parameters();
   std::vector<float> weights(n), want(n), grads(n);
-  model::gpt::ExtractTensorShard(c, 1, 0, ref.params.data(), weights.data(),
-                                 stage);
-  model::gpt::ExtractTensorShard(c, 1, 0, ref.grads.data(), want.data(), stage);
+  model::ExtractTensorShard(c, 1, 0, ref.params.data(), weights.data(), stage);
+  model::ExtractTensorShard(c, 1, 0, ref.grads.data(), want.data(), stage);
   double largest = 0;
   for (float g : ref.grads) largest = std::max(largest, double{std::fabs(g)});
   int wrong = 0;

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "model/gpt.h"
+#include "model/decoder.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/train_state.h"
@@ -37,7 +37,7 @@ struct StateSaverOptions {
   CheckpointManager* replicas = nullptr;  // null: no in-memory recovery
   int local_count = 1;                    // device threads of the process
   // What the metadata of a save records.
-  model::gpt::GptConfig model;
+  model::DecoderConfig model;
   std::vector<std::string> axis_names;
   std::vector<int> mesh_shape;
   int num_slices = 1;

@@ -30,6 +30,49 @@ Result<int64_t> GetInt(const nlohmann::json& json, const char* field,
   return it->get<int64_t>();
 }
 
+// The fields beyond GPT-2's shape, all required once decoder_block is.
+Status ModelBlockFromJson(const nlohmann::json& json, const std::string& where,
+                          model::DecoderConfig& c) {
+  auto missing = [&](const char* field, const char* type) {
+    return InvalidArgument(where + ": metadata field '" + field +
+                           "' is missing or not " + type);
+  };
+  const auto block = json.find("decoder_block");
+  if (!block->is_string()) return missing("decoder_block", "a string");
+  ASSIGN_OR_RETURN(c.block, model::ParseBlockKind(block->get<std::string>()));
+  ASSIGN_OR_RETURN(int64_t v, GetInt(json, "num_kv_heads", where));
+  c.num_kv_heads = static_cast<int>(std::clamp<int64_t>(v, 0, 1 << 30));
+  ASSIGN_OR_RETURN(v, GetInt(json, "head_dim", where));
+  c.head_dim = static_cast<int>(std::clamp<int64_t>(v, 0, 1 << 30));
+  const auto act = json.find("mlp_activation");
+  if (act == json.end() || !act->is_string() ||
+      (*act != "gelu" && *act != "silu")) {
+    return missing("mlp_activation", "\"gelu\" or \"silu\"");
+  }
+  c.mlp_activation =
+      *act == "silu" ? model::Activation::kSilu : model::Activation::kGelu;
+  for (auto [field, member] :
+       {std::pair{"gated_mlp", &model::DecoderConfig::gated_mlp},
+        std::pair{"tied_embedding", &model::DecoderConfig::tied_embedding},
+        std::pair{"normalize_embedding_logits",
+                  &model::DecoderConfig::normalize_embedding_logits}}) {
+    const auto it = json.find(field);
+    if (it == json.end() || !it->is_boolean()) return missing(field, "a bool");
+    c.*member = it->get<bool>();
+  }
+  for (auto [field, member] :
+       {std::pair{"rope_max_timescale",
+                  &model::DecoderConfig::rope_max_timescale},
+        std::pair{"norm_epsilon", &model::DecoderConfig::norm_epsilon}}) {
+    const auto it = json.find(field);
+    if (it == json.end() || !it->is_number()) {
+      return missing(field, "a number");
+    }
+    c.*member = it->get<double>();
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 std::string ShardBlobName(const std::string& kind, int64_t begin,
@@ -63,7 +106,7 @@ std::vector<Blob> ShardBlobs(const std::vector<StateShard>& shards) {
   return blobs;
 }
 
-nlohmann::json StateMetadata(int64_t step, const model::gpt::GptConfig& model,
+nlohmann::json StateMetadata(int64_t step, const model::DecoderConfig& model,
                              const std::vector<std::string>& axis_names,
                              const std::vector<int>& mesh_shape, int num_slices,
                              const std::vector<StateShard>& shards,
@@ -81,14 +124,8 @@ nlohmann::json StateMetadata(int64_t step, const model::gpt::GptConfig& model,
   }
   nlohmann::json meta = {{"format_version", kTrainStateFormatVersion},
                          {"step", step},
-                         {"num_params", model::gpt::NumParameters(model)},
-                         {"model",
-                          {{"vocab_size", model.vocab_size},
-                           {"max_seq_len", model.max_seq_len},
-                           {"emb_dim", model.emb_dim},
-                           {"num_heads", model.num_heads},
-                           {"num_layers", model.num_layers},
-                           {"mlp_dim", model.mlp_dim}}},
+                         {"num_params", model::NumParameters(model)},
+                         {"model", ModelToJson(model)},
                          {"mesh",
                           {{"axis_names", axis_names},
                            {"shape", mesh_shape},
@@ -109,25 +146,53 @@ nlohmann::json StateMetadata(int64_t step, const model::gpt::GptConfig& model,
   return meta;
 }
 
-Result<model::gpt::GptConfig> ModelFromJson(const nlohmann::json& json) {
-  model::gpt::GptConfig c;
+nlohmann::json ModelToJson(const model::DecoderConfig& m) {
+  return {{"decoder_block", model::BlockName(m.block)},
+          {"vocab_size", m.vocab_size},
+          {"max_seq_len", m.max_seq_len},
+          {"emb_dim", m.emb_dim},
+          {"num_heads", m.num_heads},
+          {"num_kv_heads", m.num_kv_heads},
+          {"head_dim", m.head_dim},
+          {"num_layers", m.num_layers},
+          {"mlp_dim", m.mlp_dim},
+          {"mlp_activation",
+           m.mlp_activation == model::Activation::kSilu ? "silu" : "gelu"},
+          {"gated_mlp", m.gated_mlp},
+          {"tied_embedding", m.tied_embedding},
+          {"normalize_embedding_logits", m.normalize_embedding_logits},
+          {"rope_max_timescale", m.rope_max_timescale},
+          {"norm_epsilon", m.norm_epsilon}};
+}
+
+Result<model::DecoderConfig> ModelFromJson(const nlohmann::json& json) {
   const std::string where = "checkpoint model";
   if (!json.is_object()) {
     return InvalidArgument("checkpoint metadata: 'model' is not an object");
   }
-  ASSIGN_OR_RETURN(int64_t v, GetInt(json, "vocab_size", where));
-  c.vocab_size = static_cast<int>(v);
-  ASSIGN_OR_RETURN(v, GetInt(json, "max_seq_len", where));
-  c.max_seq_len = static_cast<int>(v);
-  ASSIGN_OR_RETURN(v, GetInt(json, "emb_dim", where));
-  c.emb_dim = static_cast<int>(v);
-  ASSIGN_OR_RETURN(v, GetInt(json, "num_heads", where));
-  c.num_heads = static_cast<int>(v);
-  ASSIGN_OR_RETURN(v, GetInt(json, "num_layers", where));
-  c.num_layers = static_cast<int>(v);
-  ASSIGN_OR_RETURN(v, GetInt(json, "mlp_dim", where));
-  c.mlp_dim = static_cast<int>(v);
-  RETURN_IF_ERROR(model::gpt::ValidateConfig(c));
+  int64_t shape[6];
+  const char* const kShape[] = {"vocab_size", "max_seq_len", "emb_dim",
+                                "num_heads",  "num_layers",  "mlp_dim"};
+  for (int i = 0; i < 6; ++i) {
+    ASSIGN_OR_RETURN(shape[i], GetInt(json, kShape[i], where));
+    if (shape[i] < 1 || shape[i] > (int64_t{1} << 30)) {
+      return InvalidArgument(where + ": metadata field '" + kShape[i] +
+                             "' is " + std::to_string(shape[i]) +
+                             "; expected 1..2^30");
+    }
+  }
+  auto as_int = [](int64_t v) { return static_cast<int>(v); };
+  // A checkpoint without decoder_block is GPT-2's, written before the
+  // decoder had other blocks.
+  model::DecoderConfig c =
+      model::GptShape(as_int(shape[0]), as_int(shape[1]), as_int(shape[2]),
+                      as_int(shape[3]), as_int(shape[4]), as_int(shape[5]));
+  if (!json.contains("decoder_block")) {
+    RETURN_IF_ERROR(model::ValidateConfig(c));
+    return c;
+  }
+  RETURN_IF_ERROR(ModelBlockFromJson(json, where, c));
+  RETURN_IF_ERROR(model::ValidateConfig(c));
   return c;
 }
 
@@ -328,7 +393,7 @@ int64_t CoveredUpTo(const PartBuffer& b) {
 
 // Host 0's split of the model, checked against the model.
 Result<Parts> PartsOf(const nlohmann::json& meta,
-                      const model::gpt::GptConfig& model,
+                      const model::DecoderConfig& model,
                       const std::string& where) {
   Parts parts;
   int64_t t = 1, p = 1;
@@ -339,12 +404,12 @@ Result<Parts> PartsOf(const nlohmann::json& meta,
     ASSIGN_OR_RETURN(p, GetInt(meta, "pipeline_parallelism", where));
   }
   if (t < 1 || t > 4096 ||
-      !model::gpt::ValidateTensorParallelism(model, static_cast<int>(t)).ok()) {
+      !model::ValidateTensorParallelism(model, static_cast<int>(t)).ok()) {
     return InvalidArgument(where + ": tensor_parallelism " + std::to_string(t) +
                            " does not split the model");
   }
   if (p < 1 || p > 4096 ||
-      !model::gpt::ValidatePipeline(model, static_cast<int>(p)).ok()) {
+      !model::ValidatePipeline(model, static_cast<int>(p)).ok()) {
     return InvalidArgument(where + ": pipeline_parallelism " +
                            std::to_string(p) + " does not split the model");
   }
@@ -354,14 +419,14 @@ Result<Parts> PartsOf(const nlohmann::json& meta,
 }
 
 // One kind's buffers of every part, zeroed, at their sizes.
-KindParts AllocateParts(const model::gpt::GptConfig& model, const Parts& parts,
+KindParts AllocateParts(const model::DecoderConfig& model, const Parts& parts,
                         const char* kind) {
   KindParts k;
   k.kind = kind;
   k.parts.resize(static_cast<size_t>(parts.count()));
   for (int i = 0; i < parts.count(); ++i) {
     k.parts[static_cast<size_t>(i)].values.assign(
-        static_cast<size_t>(model::gpt::NumParameters(
+        static_cast<size_t>(model::NumParameters(
             model, parts.tensor, {i / parts.tensor, parts.stages})),
         0.0f);
   }
@@ -369,7 +434,7 @@ KindParts AllocateParts(const model::gpt::GptConfig& model, const Parts& parts,
 }
 
 // The buffers of every replica and of the outer state.
-Reassembly Allocate(const model::gpt::GptConfig& model, const Parts& parts,
+Reassembly Allocate(const model::DecoderConfig& model, const Parts& parts,
                     const Diloco& diloco) {
   Reassembly r;
   r.parts = parts;
@@ -413,16 +478,16 @@ Status CheckCovered(int64_t step, const Parts& parts, const KindParts& k,
 }
 
 // The whole model's buffer of one kind from its parts, which it frees.
-std::vector<float> Assemble(const model::gpt::GptConfig& model,
+std::vector<float> Assemble(const model::DecoderConfig& model,
                             const Parts& parts, KindParts& k) {
   if (parts.count() == 1) return std::move(k.parts[0].values);
-  std::vector<float> whole(
-      static_cast<size_t>(model::gpt::NumParameters(model)), 0.0f);
+  std::vector<float> whole(static_cast<size_t>(model::NumParameters(model)),
+                           0.0f);
   for (int i = 0; i < parts.count(); ++i) {
     PartBuffer& b = k.parts[static_cast<size_t>(i)];
-    model::gpt::InsertTensorShard(model, parts.tensor, i % parts.tensor,
-                                  b.values.data(), whole.data(),
-                                  {i / parts.tensor, parts.stages});
+    model::InsertTensorShard(model, parts.tensor, i % parts.tensor,
+                             b.values.data(), whole.data(),
+                             {i / parts.tensor, parts.stages});
     b = PartBuffer();
   }
   return whole;
@@ -497,11 +562,11 @@ Result<FullState> LoadFullState(const CheckpointManager& manager,
                                                       ? meta["model"]
                                                       : nlohmann::json()));
       num_params = n;
-      if (n != model::gpt::NumParameters(state.model)) {
+      if (n != model::NumParameters(state.model)) {
         return InvalidArgument(
             where + ": num_params " + std::to_string(n) +
             " does not match the model's " +
-            std::to_string(model::gpt::NumParameters(state.model)));
+            std::to_string(model::NumParameters(state.model)));
       }
       ASSIGN_OR_RETURN(Parts parts, PartsOf(meta, state.model, where));
       reassembly = Allocate(state.model, parts, diloco);

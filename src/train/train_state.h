@@ -1,7 +1,7 @@
 // What a training checkpoint holds, and how it is put back on any mesh.
 //
 // The trainer keeps the model's parameters as one flat f32 buffer (see
-// model/gpt.h) split over the fsdp axis: fsdp rank r of f owns elements
+// model/layout.h) split over the fsdp axis: fsdp rank r of f owns elements
 // comm::PartitionSegment(N, f, r), and so do the AdamW moments m and v.
 // Devices of other data replicas hold the same shards, so only the devices
 // whose data rank is 0 write theirs; every host writes its metadata (the
@@ -23,7 +23,7 @@
 // "tensor_parallelism": t, each shard its "tensor_rank", and the blobs are
 // "params.t<rank>.<begin>" etc.
 //
-// With pipeline stages p > 1 (model/gpt.h, PipelineStage) each stage's
+// With pipeline stages p > 1 (model/layout.h, PipelineStage) each stage's
 // buffer is its own (ParameterLayout(model, t, stage)): the metadata holds
 // "pipeline_parallelism": p, each shard its "stage", and the blobs are
 // "params.s<stage>.<begin>" (or "params.s<stage>.t<rank>.<begin>").
@@ -53,7 +53,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "model/gpt.h"
+#include "model/decoder.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 
@@ -110,7 +110,7 @@ std::vector<Blob> ShardBlobs(const std::vector<StateShard>& shards);
 // K > 1 each shard's "replica"; 0 is a run without DiLoCo. With
 // diloco_pending, diloco_schedule (sync period, fragments, overlap steps)
 // is recorded as "schedule": the fragment in flight depends on it.
-nlohmann::json StateMetadata(int64_t step, const model::gpt::GptConfig& model,
+nlohmann::json StateMetadata(int64_t step, const model::DecoderConfig& model,
                              const std::vector<std::string>& axis_names,
                              const std::vector<int>& mesh_shape, int num_slices,
                              const std::vector<StateShard>& shards,
@@ -129,7 +129,7 @@ struct InnerState {
 // The whole training state of one step, unsharded.
 struct FullState {
   int64_t step = 0;
-  model::gpt::GptConfig model;
+  model::DecoderConfig model;
   std::vector<float> params, adam_m, adam_v;
   IteratorState iterator;  // host 0's
   nlohmann::json saved_mesh;
@@ -166,7 +166,10 @@ Result<FullState> LoadFullState(const CheckpointManager& manager, int64_t step);
 Result<FullState> LoadLatestFullState(const CheckpointManager& manager,
                                       std::vector<std::string>* warnings);
 
-// The GptConfig recorded in a checkpoint's metadata "model" object.
-Result<model::gpt::GptConfig> ModelFromJson(const nlohmann::json& json);
+// The DecoderConfig recorded in a checkpoint's metadata "model" object, and
+// back (kInvalidArgument naming a missing or bad field; a checkpoint written
+// before the decoder had other blocks holds GPT-2's six sizes only).
+nlohmann::json ModelToJson(const model::DecoderConfig& model);
+Result<model::DecoderConfig> ModelFromJson(const nlohmann::json& json);
 
 }  // namespace multislice::train

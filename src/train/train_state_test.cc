@@ -26,14 +26,7 @@ namespace multislice::train {
 namespace {
 
 // 400 parameters: small enough that every value below is exact in f32.
-model::gpt::GptConfig TinyModel() {
-  return {.vocab_size = 8,
-          .max_seq_len = 4,
-          .emb_dim = 4,
-          .num_heads = 2,
-          .num_layers = 2,
-          .mlp_dim = 8};
-}
+model::DecoderConfig TinyModel() { return model::GptShape(8, 4, 4, 2, 2, 8); }
 
 enum Kind { kParams, kAdamM, kAdamV, kOuter, kMomentum, kPending };
 
@@ -44,7 +37,7 @@ float Value(Kind kind, int replica, int64_t i) {
 
 std::vector<float> Whole(Kind kind, int replica) {
   std::vector<float> out(
-      static_cast<size_t>(model::gpt::NumParameters(TinyModel())));
+      static_cast<size_t>(model::NumParameters(TinyModel())));
   for (size_t i = 0; i < out.size(); ++i) {
     out[i] = Value(kind, replica, static_cast<int64_t>(i));
   }
@@ -82,7 +75,7 @@ struct Writer {
   static int64_t ShardBegin(int64_t n, int f) { return n * f / kFsdp; }
 
   Status Save(const std::string& dir) const {
-    const model::gpt::GptConfig model = TinyModel();
+    const model::DecoderConfig model = TinyModel();
     const int replicas = std::max(layout.replicas, 1);
     // The parts' buffers, alive (and unmoved) until the blobs are copied.
     std::deque<std::vector<float>> parts;
@@ -90,17 +83,16 @@ struct Writer {
     for (int r = 0; r < replicas; ++r) {
       for (int stage = 0; stage < layout.stages; ++stage) {
         for (int rank = 0; rank < layout.tensor; ++rank) {
-          const model::gpt::PipelineStage ps{stage, layout.stages};
-          const int64_t n = model::gpt::NumParameters(model, layout.tensor, ps);
+          const model::PipelineStage ps{stage, layout.stages};
+          const int64_t n = model::NumParameters(model, layout.tensor, ps);
           const float* local[6];
           for (Kind kind :
                {kParams, kAdamM, kAdamV, kOuter, kMomentum, kPending}) {
             const std::vector<float> whole = Whole(
                 kind, kind >= kOuter && !layout.outer_on_every_replica ? 0 : r);
             parts.emplace_back(static_cast<size_t>(n));
-            model::gpt::ExtractTensorShard(model, layout.tensor, rank,
-                                           whole.data(), parts.back().data(),
-                                           ps);
+            model::ExtractTensorShard(model, layout.tensor, rank, whole.data(),
+                                      parts.back().data(), ps);
           }
           for (int k = 0; k < 6; ++k) {
             local[k] = parts[parts.size() - 6 + static_cast<size_t>(k)].data();
@@ -312,7 +304,7 @@ TEST(TrainStateTest, TheFilesHoldTheNamedBlobsAndMetadata) {
   Result<RestoredState> host1 = reader.Restore(kStep, 1);
   ASSERT_TRUE(host1.ok());
   // Host 1 holds replica 0's fsdp shard 1: stage 1, tensor rank 0.
-  const int64_t n = model::gpt::NumParameters(TinyModel(), 2, {1, 2});
+  const int64_t n = model::NumParameters(TinyModel(), 2, {1, 2});
   EXPECT_TRUE(host1->blobs.contains("params.r0.s1.t0." +
                                     std::to_string(Writer::ShardBegin(n, 1))));
   EXPECT_TRUE(host1->blobs.contains("outer_pending.r0.s1.t0." +
@@ -364,7 +356,7 @@ TEST(TrainStateTest, ACheckpointWithoutDilocoLoadsAsBefore) {
   Writer w;
   w.layout.replicas = 0;
   w.layout.stages = 2;
-  const int64_t n = model::gpt::NumParameters(TinyModel(), 2, {1, 2});
+  const int64_t n = model::NumParameters(TinyModel(), 2, {1, 2});
   w.edit = [](const Position& p, StateShard&) {
     return !(p.stage == 1 && p.rank == 0 && p.fsdp == 1);
   };
@@ -383,7 +375,7 @@ TEST(TrainStateTest, AMissingReplicaShardIsNamed) {
                p.fsdp == 1);
     };
     const int64_t n =
-        model::gpt::NumParameters(TinyModel(), 2, {stages - 1, stages});
+        model::NumParameters(TinyModel(), 2, {stages - 1, stages});
     EXPECT_EQ(LoadError(w), "checkpoint step 7: parameters [" +
                                 std::to_string(Writer::ShardBegin(n, 1)) +
                                 ", ...) of DiLoCo replica 1 " +
@@ -412,7 +404,7 @@ TEST(TrainStateTest, AMissingOuterBlobIsNamed) {
       }
       return true;
     };
-    const int64_t n = model::gpt::NumParameters(TinyModel(), 2);
+    const int64_t n = model::NumParameters(TinyModel(), 2);
     EXPECT_EQ(LoadError(w), "checkpoint step 7: DiLoCo outer [" +
                                 std::to_string(Writer::ShardBegin(n, 1)) +
                                 ", ...) of tensor rank 1 are in no host's "

@@ -27,15 +27,9 @@ std::string CheckpointDirectory(const TrainConfig& config) {
   return RunDirectory(config) + "/checkpoints";
 }
 
-model::gpt::GptConfig GptConfigOf(const TrainConfig& c) {
-  model::gpt::GptConfig m;
-  m.vocab_size = c.vocab_size;
-  m.max_seq_len = c.max_target_length;
-  m.emb_dim = c.emb_dim;
-  m.num_heads = c.num_heads;
-  m.num_layers = c.num_decoder_layers;
-  m.mlp_dim = c.mlp_dim;
-  return m;
+model::DecoderConfig DecoderConfigOf(const TrainConfig& c) {
+  return model::GptShape(c.vocab_size, c.max_target_length, c.emb_dim,
+                         c.num_heads, c.num_decoder_layers, c.mlp_dim);
 }
 
 double StepFlopsPerDevice(const TrainConfig& c) {
@@ -127,7 +121,7 @@ Trainer::Trainer(runtime::Runtime& rt, const TrainerOptions& options,
       options_(options),
       config_(options.config),
       summary_(summary),
-      model_(GptConfigOf(options.config)),
+      model_(DecoderConfigOf(options.config)),
       num_devices_(static_cast<int>(rt.devices().size())),
       global_rows_(options.config.per_device_batch_size * num_devices_),
       printer_(rt.process_index() == 0),
@@ -139,7 +133,7 @@ Trainer::Trainer(runtime::Runtime& rt, const TrainerOptions& options,
 }
 
 Status Trainer::Run() {
-  RETURN_IF_ERROR(model::gpt::ValidateConfig(model_));
+  RETURN_IF_ERROR(model::ValidateConfig(model_));
   if (rt_.too_late_to_join()) {
     std::fprintf(stderr,
                  "multislice train: %s was started again, but the other slices "
@@ -147,7 +141,7 @@ Status Trainer::Run() {
                  rt_.env().name().c_str());
     return OkStatus();
   }
-  num_parameters_ = model::gpt::NumParameters(model_);
+  num_parameters_ = model::NumParameters(model_);
   if (!config_.profiler.empty()) {
     profiler_ = std::make_unique<StepProfiler>(config_, rt_);
   }

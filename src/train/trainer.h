@@ -1,4 +1,4 @@
-// The training loop of `multislice train`: the GPT-2 model of model/gpt.h
+// The training loop of `multislice train`: the decoder of model/decoder.h
 // trained on every device of the job's mesh, with data, FSDP and tensor
 // parallelism (see parallel_plan.h).
 // The loop calls its parts, each in its own file with its own test:
@@ -60,7 +60,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "model/gpt.h"
+#include "model/decoder.h"
 #include "runtime/runtime.h"
 #include "train/config.h"
 
@@ -118,6 +118,6 @@ Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
 std::string CheckpointDirectory(const TrainConfig& config);
 
 // The model a config describes.
-model::gpt::GptConfig GptConfigOf(const TrainConfig& config);
+model::DecoderConfig DecoderConfigOf(const TrainConfig& config);
 
 }  // namespace multislice::train

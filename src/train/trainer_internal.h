@@ -13,7 +13,7 @@
 #include <optional>
 #include <vector>
 
-#include "model/gpt.h"
+#include "model/decoder.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/diloco.h"
@@ -113,7 +113,7 @@ class Trainer {
   const TrainConfig& config_;
   TrainSummary* const summary_;
   const Clock::time_point start_ = Clock::now();
-  const model::gpt::GptConfig model_;
+  const model::DecoderConfig model_;
   int64_t num_parameters_ = 0;  // once the model is validated
   const int num_devices_, global_rows_;
   const bool printer_;  // process 0

@@ -52,10 +52,8 @@ std::string FormatNumber(double v) {
   return text;
 }
 
-bool SameModel(const model::gpt::GptConfig& a, const model::gpt::GptConfig& b) {
-  return a.vocab_size == b.vocab_size && a.max_seq_len == b.max_seq_len &&
-         a.emb_dim == b.emb_dim && a.num_heads == b.num_heads &&
-         a.num_layers == b.num_layers && a.mlp_dim == b.mlp_dim;
+bool SameModel(const model::DecoderConfig& a, const model::DecoderConfig& b) {
+  return a == b;
 }
 
 // A barrier of every live process of the job through the rendezvous store,
@@ -181,14 +179,14 @@ void Trainer::TakeShard(const ParallelPlan& plan,
                         const std::vector<float>& whole, float* out) const {
   const int64_t begin = plan.shard_begin(), count = plan.shard_count();
   const int t = plan.tensor_size();
-  const model::gpt::PipelineStage stage = plan.ModelStage();
+  const model::PipelineStage stage = plan.ModelStage();
   if (t == 1 && stage.count == 1) {
     std::copy_n(whole.begin() + begin, count, out);
     return;
   }
   std::vector<float> local(static_cast<size_t>(plan.num_parameters()));
-  model::gpt::ExtractTensorShard(model_, t, plan.tensor_rank(), whole.data(),
-                                 local.data(), stage);
+  model::ExtractTensorShard(model_, t, plan.tensor_rank(), whole.data(),
+                            local.data(), stage);
   std::copy_n(local.begin() + begin, count, out);
 }
 
@@ -209,8 +207,8 @@ void Trainer::InitShard(const ParallelPlan& plan, DeviceBuffers& state) const {
     return;
   }
   if (plan.tensor_size() == 1 && plan.stage_size() == 1) {
-    model::gpt::InitParameters(model_, static_cast<uint64_t>(config_.seed),
-                               state.weights);
+    model::InitParameters(model_, static_cast<uint64_t>(config_.seed),
+                          state.weights);
     if (plan.sharded()) {
       std::copy_n(state.full.begin() + plan.shard_begin(), plan.shard_count(),
                   state.shard.begin());
@@ -218,8 +216,8 @@ void Trainer::InitShard(const ParallelPlan& plan, DeviceBuffers& state) const {
     return;
   }
   std::vector<float> whole(static_cast<size_t>(num_parameters_));
-  model::gpt::InitParameters(model_, static_cast<uint64_t>(config_.seed),
-                             whole.data());
+  model::InitParameters(model_, static_cast<uint64_t>(config_.seed),
+                        whole.data());
   TakeShard(plan, whole, state.shard.data());
 }
 
@@ -304,7 +302,7 @@ Result<std::unique_ptr<Trainer::Device>> Trainer::StartDevice(int local) {
   const int t = plan.tensor_size();
   const int64_t begin = plan.shard_begin();
   const int divisor = plan.gradient_shards();
-  const model::gpt::PipelineStage stage = plan.ModelStage();
+  const model::PipelineStage stage = plan.ModelStage();
   std::unique_ptr<ModelStep> step = MakeModelStep(plan, StepOptions(plan));
   std::unique_ptr<Device> d(new Device{
       local,
@@ -314,8 +312,8 @@ Result<std::unique_ptr<Trainer::Device>> Trainer::StartDevice(int local) {
       std::move(train_data),
       std::move(val_data),
       std::move(step),
-      ShardOptimizer(config_, model::gpt::WeightDecayMask(model_, t, stage),
-                     begin, divisor),
+      ShardOptimizer(config_, model::WeightDecayMask(model_, t, stage), begin,
+                     divisor),
       restored_step_,
       nullptr,
       {}});
@@ -437,7 +435,8 @@ Status Trainer::RestoreCheckpoint() {
   }
   if (!SameModel(state->model, model_)) {
     return InvalidArgument("the checkpoint in " + ckpt_options_.directory +
-                           " holds another model size (emb_dim " +
+                           " holds another model (decoder_block " +
+                           model::BlockName(state->model.block) + ", emb_dim " +
                            std::to_string(state->model.emb_dim) + ", layers " +
                            std::to_string(state->model.num_layers) +
                            ", max_seq_len " +

@@ -9,11 +9,14 @@
 // it is within about 1 ulp of f32, and sigmoid within about 2 ulp.
 #include "compute/elementwise.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 
 #include "common/bf16.h"
+#include "common/cpu_isa.h"
 #include "common/isa_dispatch.h"
 #include "compute/cpu/vec16.h"
 
@@ -252,6 +255,38 @@ void Fill(DType dtype, void* x, float value, size_t count) {
     std::fill_n(static_cast<float*>(x), count, value);
   } else {
     std::fill_n(static_cast<uint16_t*>(x), count, bf16::FromFloat(value));
+  }
+}
+
+namespace {
+
+// AVX512-BF16's vcvtne2ps2bf16 rounds 32 values per instruction, to nearest
+// even, NaN kept a quiet NaN; it reads f32 subnormals as zero.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void
+ToBf16Avx512(const float* x, std::uint16_t* y, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16),
+                                           _mm512_loadu_ps(x + i));
+    std::memcpy(y + i, &h, sizeof(h));
+  }
+  for (; i < n; i += 16) {
+    const int rest = n - i < 16 ? static_cast<int>(n - i) : 16;
+    const __mmask16 k = static_cast<__mmask16>((1u << rest) - 1u);
+    const __m256bh h = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, x + i));
+    __m256i bits;
+    std::memcpy(&bits, &h, sizeof(h));
+    _mm256_mask_storeu_epi16(y + i, k, bits);
+  }
+}
+
+}  // namespace
+
+void ToBf16(const float* x, std::uint16_t* y, std::int64_t n) {
+  if (ActiveIsa() >= Isa::kAvx512Bf16) {
+    ToBf16Avx512(x, y, n);
+  } else {
+    Convert(DType::kF32, x, DType::kBF16, y, static_cast<size_t>(n));
   }
 }
 
