@@ -25,6 +25,7 @@
 
 #include "common/suggest.h"
 #include "runtime/wire.h"
+#include "train/maxtext_keys.h"
 #include "train/pipeline_schedule.h"
 
 namespace multislice {
@@ -139,6 +140,9 @@ const Field kFields[] = {
      "gated MLP; [] = the decoder block's own"},
     {"logits_via_embedding", &TrainConfig::logits_via_embedding,
      "the output head is the token embedding transposed (tied weights)"},
+    {"normalize_embedding_logits", &TrainConfig::normalize_embedding_logits,
+     "a tied head's logits divided by sqrt(emb_dim) (MaxText's default is "
+     "true)"},
     {"normalization_layer_epsilon", &TrainConfig::normalization_layer_epsilon,
      "epsilon of the norm layers (LayerNorm, RMSNorm); > 0"},
     {"rope_max_timescale", &TrainConfig::rope_max_timescale,
@@ -214,10 +218,13 @@ const Field kFields[] = {
     {"profiler_steps", &TrainConfig::profiler_steps, "steps traced"},
 };
 
-// MaxText's names for the same keys (its model-size names, and the
-// checkpoint key of older MaxText the seed's recovery script uses).
+// MaxText's names for the same keys (its model-size names, its names for
+// the schedule's final fraction and the seed, and the checkpoint key of
+// older MaxText the seed's recovery script uses).
 const std::pair<const char*, const char*> kAliases[] = {
     {"save_period", "checkpoint_period"},
+    {"learning_rate_final_fraction", "cosine_learning_rate_final_fraction"},
+    {"init_weights_seed", "seed"},
     {"base_emb_dim", "emb_dim"},
     {"base_num_decoder_layers", "num_decoder_layers"},
     {"base_mlp_dim", "mlp_dim"},
@@ -236,13 +243,22 @@ const Field* FindField(const std::string& name) {
   return nullptr;
 }
 
-// The known key (or alias) closest to `key`, when it is close enough to be
-// a slip.
+// The known key (ours, an alias or MaxText's) closest to `key`, when it is
+// close enough to be a slip.
 std::string Suggestion(const std::string& key) {
   std::vector<std::string> known;
   for (const Field& field : kFields) known.push_back(field.name);
   for (const auto& [alias, canonical] : kAliases) known.push_back(alias);
+  for (const MaxTextKey& maxtext : MaxTextKeys()) {
+    known.push_back(maxtext.name);
+  }
   return ClosestName(key, known);
+}
+
+// The key's TrainConfig name (an alias's key), or the key itself.
+std::string CanonicalKey(const std::string& key) {
+  const Field* field = FindField(key);
+  return field != nullptr ? field->name : key;
 }
 
 std::string KnownKeysList() {
@@ -269,6 +285,19 @@ std::string_view WithoutPlus(std::string_view text) {
   return text;
 }
 
+// YAML 1.1 (OmegaConf, MaxText's 150_001) allows '_' between digits.
+std::string WithoutDigitUnderscores(std::string_view text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const bool between_digits =
+        text[i] == '_' && i > 0 && i + 1 < text.size() &&
+        std::isdigit(static_cast<unsigned char>(text[i - 1])) &&
+        std::isdigit(static_cast<unsigned char>(text[i + 1]));
+    if (!between_digits) out += text[i];
+  }
+  return out;
+}
+
 // Each parser returns what was expected, or "" when `text` parsed.
 std::string ParseValue(std::string_view text, std::string& out) {
   out = std::string(text);
@@ -276,7 +305,8 @@ std::string ParseValue(std::string_view text, std::string& out) {
 }
 
 std::string ParseValue(std::string_view text, int& out) {
-  std::string_view digits = WithoutPlus(text);
+  const std::string plain = WithoutDigitUnderscores(text);
+  std::string_view digits = WithoutPlus(plain);
   auto [end, ec] =
       std::from_chars(digits.data(), digits.data() + digits.size(), out);
   if (ec == std::errc::result_out_of_range) {
@@ -290,7 +320,8 @@ std::string ParseValue(std::string_view text, int& out) {
 }
 
 std::string ParseValue(std::string_view text, double& out) {
-  std::string_view number = WithoutPlus(text);
+  const std::string plain = WithoutDigitUnderscores(text);
+  std::string_view number = WithoutPlus(plain);
   auto [end, ec] =
       std::from_chars(number.data(), number.data() + number.size(), out);
   if (ec != std::errc() || end != number.data() + number.size() ||
@@ -400,13 +431,6 @@ Status UnknownKey(const std::string& key, const std::string& where) {
                          "; known keys: " + KnownKeysList());
 }
 
-Status SetKey(const std::string& key, const std::string& text,
-              const std::string& where, TrainConfig& config) {
-  const Field* field = FindField(key);
-  if (field == nullptr) return UnknownKey(key, where);
-  return SetField(*field, text, where, config);
-}
-
 Result<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
@@ -428,7 +452,73 @@ Result<std::string> ReadFile(const std::string& path) {
   return contents;
 }
 
-Status ApplyYaml(const std::string& path, TrainConfig& config) {
+// One key's value in one layer of a load (the config file, the model file,
+// the command line): a file's YAML node, or a command-line text (verbatim
+// for TrainConfig's own keys, read as YAML for MaxText's, as OmegaConf
+// does).
+struct Setting {
+  std::string key;
+  std::string text;  // a scalar's text ("" for null); the command line's
+  YAML::Node node;   // a file's value
+  bool from_file = false;
+  std::string where;
+
+  nlohmann::json Typed() const {
+    return from_file ? MaxTextValue(node) : MaxTextValue(text);
+  }
+  // The value as its refusal shows it.
+  std::string Shown() const {
+    return from_file && (node.IsSequence() || node.IsMap())
+               ? MaxTextValue(node).dump()
+               : text;
+  }
+};
+
+// A TrainConfig key's value: a list key's YAML list, or a scalar in the
+// key's own spelling (OurSpelling maps MaxText's None and 12.0 to it).
+Status ApplyField(const Field& field, const Setting& s, TrainConfig& config) {
+  const bool is_list =
+      std::holds_alternative<StringList TrainConfig::*>(field.member);
+  if (s.from_file && s.node.IsSequence() && is_list) {
+    ASSIGN_OR_RETURN(StringList list, ListFromYaml(s.node, s.key, s.where));
+    config.*std::get<StringList TrainConfig::*>(field.member) = std::move(list);
+    return OkStatus();
+  }
+  if (s.from_file && (s.node.IsSequence() || s.node.IsMap())) {
+    return InvalidArgument("key '" + s.key + "' in " + s.where +
+                           ": expected a single value, not a " +
+                           (s.node.IsMap() ? "mapping" : "list"));
+  }
+  const std::string_view name = field.name;
+  std::string text = s.text;
+  if (name == "max_num_checkpoints_to_keep" || name == "num_diloco_fragments" ||
+      name == "per_device_batch_size") {
+    ASSIGN_OR_RETURN(text, OurSpelling(name, s.Typed(), s.text, s.where));
+  }
+  return SetField(field, text, s.where, config);
+}
+
+// Applies one setting: a TrainConfig key (or alias), else a MaxText key,
+// else an unknown key.
+Status ApplySetting(const Setting& s, TrainConfig& config,
+                    MaxTextConversions& conversions) {
+  if (const Field* field = FindField(s.key)) {
+    RETURN_IF_ERROR(ApplyField(*field, s, config));
+    // The later of warmup_steps and warmup_steps_fraction wins.
+    if (std::string_view(field->name) == "warmup_steps") {
+      conversions.warmup_steps_fraction.reset();
+    }
+    return OkStatus();
+  }
+  if (const MaxTextKey* key = FindMaxTextKey(s.key)) {
+    return ApplyMaxTextKey(*key, s.Typed(), s.Shown(), s.where, conversions,
+                           config);
+  }
+  return UnknownKey(s.key, s.where);
+}
+
+// The settings of the YAML mapping at `path`, in file order.
+Result<std::vector<Setting>> ReadSettings(const std::string& path) {
   ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   YAML::Node root;
   try {
@@ -442,7 +532,8 @@ Status ApplyYaml(const std::string& path, TrainConfig& config) {
     return InvalidArgument("YAML syntax error in " + path + position + ": " +
                            e.msg);
   }
-  if (root.IsNull()) return OkStatus();  // an empty file keeps the defaults
+  std::vector<Setting> settings;
+  if (root.IsNull()) return settings;  // an empty file keeps the defaults
   if (!root.IsMap()) {
     return InvalidArgument("config file '" + path +
                            "' must be a YAML mapping of key: value lines");
@@ -458,25 +549,99 @@ Status ApplyYaml(const std::string& path, TrainConfig& config) {
       return InvalidArgument("key '" + key + "' appears twice in " + path);
     }
     const YAML::Node& value = entry.second;
-    const Field* field = FindField(key);
-    if (field != nullptr && value.IsSequence() &&
-        std::holds_alternative<StringList TrainConfig::*>(field->member)) {
-      ASSIGN_OR_RETURN(StringList list, ListFromYaml(value, key, path));
-      config.*std::get<StringList TrainConfig::*>(field->member) =
-          std::move(list);
-      continue;
-    }
-    if (value.IsSequence() || value.IsMap()) {
-      if (field == nullptr) return UnknownKey(key, path);
-      return InvalidArgument("key '" + key + "' in " + path +
-                             ": expected a single value, not a " +
-                             (value.IsMap() ? "mapping" : "list"));
-    }
     // A null value (`key:` or `key: ~`) reads as the empty string.
-    const std::string scalar = value.IsScalar() ? value.Scalar() : "";
-    RETURN_IF_ERROR(SetKey(key, scalar, path, config));
+    settings.push_back(
+        {key, value.IsScalar() ? value.Scalar() : "", value, true, path});
+  }
+  return settings;
+}
+
+Result<std::vector<Setting>> CommandLineSettings(
+    const std::vector<std::string>& overrides, const std::string& where) {
+  std::vector<Setting> settings;
+  for (const std::string& override_text : overrides) {
+    const size_t equals = override_text.find('=');
+    if (equals == std::string::npos || equals == 0) {
+      return InvalidArgument("override '" + override_text + "' in " + where +
+                             " is not of the form key=value");
+    }
+    settings.push_back({override_text.substr(0, equals),
+                        override_text.substr(equals + 1), YAML::Node(), false,
+                        where});
+  }
+  return settings;
+}
+
+Status ApplySettings(const std::vector<Setting>& settings, TrainConfig& config,
+                     MaxTextConversions& conversions) {
+  for (const Setting& s : settings) {
+    RETURN_IF_ERROR(ApplySetting(s, config, conversions));
   }
   return OkStatus();
+}
+
+// Whether two settings of the same key set the same value.
+Result<bool> SameValue(const Setting& a, const Setting& b) {
+  if (FindField(a.key) == nullptr) {
+    return SameMaxTextValue(a.Typed(), b.Typed());
+  }
+  TrainConfig config_a, config_b;
+  MaxTextConversions conversions_a, conversions_b;
+  RETURN_IF_ERROR(ApplySetting(a, config_a, conversions_a));
+  RETURN_IF_ERROR(ApplySetting(b, config_b, conversions_b));
+  return config_a == config_b;
+}
+
+// The last setting of `key` in the file and then the command line, or null.
+const Setting* LastSetting(const std::string& key,
+                           const std::vector<Setting>& file,
+                           const std::vector<Setting>& command_line) {
+  const Setting* last = nullptr;
+  for (const auto* layer : {&file, &command_line}) {
+    for (const Setting& s : *layer) {
+      if (s.key == key) last = &s;
+    }
+  }
+  return last;
+}
+
+// MaxText's model layer: the model file's settings (none for model_name
+// default). Like pyconfig, a command-line key the model file sets to
+// another value is refused unless override_model_config is true.
+Result<std::vector<Setting>> ModelSettings(
+    const std::string& config_path, const std::vector<Setting>& file,
+    const std::vector<Setting>& command_line) {
+  const Setting* name = LastSetting("model_name", file, command_line);
+  if (name == nullptr || name->text == "default" || name->text.empty()) {
+    return std::vector<Setting>();
+  }
+  bool override_model_config = false;
+  if (const Setting* o =
+          LastSetting("override_model_config", file, command_line)) {
+    const std::string expected = ParseValue(o->text, override_model_config);
+    if (!expected.empty()) {
+      return InvalidArgument("key 'override_model_config' = '" + o->text +
+                             "' in " + o->where + ": expected " + expected);
+    }
+  }
+  ASSIGN_OR_RETURN(const std::string path,
+                   FindModelFile(name->text, config_path));
+  ASSIGN_OR_RETURN(std::vector<Setting> model, ReadSettings(path));
+  if (override_model_config) return model;
+  for (const Setting& set : command_line) {
+    for (const Setting& model_set : model) {
+      if (CanonicalKey(set.key) != CanonicalKey(model_set.key)) continue;
+      ASSIGN_OR_RETURN(const bool same, SameValue(model_set, set));
+      if (same) continue;
+      return InvalidArgument(
+          "key '" + set.key + "' = '" + set.Shown() + "' in " + set.where +
+          " overrides the model file " + path + " (" + model_set.key + ": " +
+          model_set.Shown() +
+          "): set override_model_config=true to change a model's key, as "
+          "in MaxText");
+    }
+  }
+  return model;
 }
 
 std::string IntRangeError(const char* key, int value,
@@ -752,24 +917,28 @@ int PipelineMicrobatches(const TrainConfig& c, int stages) {
 Status ApplyTrainConfigOverrides(const std::vector<std::string>& overrides,
                                  const std::string& where,
                                  TrainConfig& config) {
-  for (const std::string& override_text : overrides) {
-    size_t equals = override_text.find('=');
-    if (equals == std::string::npos || equals == 0) {
-      return InvalidArgument("override '" + override_text + "' in " + where +
-                             " is not of the form key=value");
-    }
-    RETURN_IF_ERROR(SetKey(override_text.substr(0, equals),
-                           override_text.substr(equals + 1), where, config));
-  }
-  return OkStatus();
+  ASSIGN_OR_RETURN(std::vector<Setting> settings,
+                   CommandLineSettings(overrides, where));
+  MaxTextConversions conversions;
+  RETURN_IF_ERROR(ApplySettings(settings, config, conversions));
+  return ResolveMaxTextKeys(conversions, config);
 }
 
 Result<TrainConfig> LoadTrainConfig(const std::string& yaml_path,
                                     const std::vector<std::string>& overrides) {
+  // MaxText's precedence: the config file, then the model file, then the
+  // command line.
+  ASSIGN_OR_RETURN(std::vector<Setting> file, ReadSettings(yaml_path));
+  ASSIGN_OR_RETURN(std::vector<Setting> command_line,
+                   CommandLineSettings(overrides, "the command line"));
+  ASSIGN_OR_RETURN(std::vector<Setting> model,
+                   ModelSettings(yaml_path, file, command_line));
   TrainConfig config;
-  RETURN_IF_ERROR(ApplyYaml(yaml_path, config));
-  RETURN_IF_ERROR(
-      ApplyTrainConfigOverrides(overrides, "the command line", config));
+  MaxTextConversions conversions;
+  for (const auto* layer : {&file, &model, &command_line}) {
+    RETURN_IF_ERROR(ApplySettings(*layer, config, conversions));
+  }
+  RETURN_IF_ERROR(ResolveMaxTextKeys(conversions, config));
   // One spelling from here on (config.json, reports); a bad value is left
   // for ValidateTrainConfig to name.
   if (auto dtype = ParseDType(config.dtype, "dtype"); dtype.ok()) {
@@ -873,7 +1042,7 @@ Status ValidateTrainConfig(const TrainConfig& c) {
                                c.max_num_checkpoints_to_keep, 1));
   RETURN_IF_ERROR(
       CheckAtLeast("in_memory_replica_period", c.in_memory_replica_period, 1));
-  RETURN_IF_ERROR(CheckAtLeast("eval_interval", c.eval_interval, 1));
+  // eval_interval <= 0 (MaxText's -1): no evaluation.
   RETURN_IF_ERROR(CheckAtLeast("eval_batches", c.eval_batches, 1));
   RETURN_IF_ERROR(CheckAtLeast("seed", c.seed, 0));
   if (!ParseDType(c.dtype, "dtype").ok()) {

@@ -94,6 +94,10 @@ struct TrainConfig {
   std::vector<std::string> mlp_activations = {};
   // The output head is the token embedding transposed (tied weights).
   bool logits_via_embedding = true;
+  // A tied head's logits divided by sqrt(emb_dim), as MaxText does by
+  // default (its Gemma); false here by default: GPT-2's tied head is not
+  // scaled. No effect on an untied head.
+  bool normalize_embedding_logits = false;
   double normalization_layer_epsilon = 1e-5;  // > 0, in every norm layer
   double rope_max_timescale = 10000;          // RoPE's longest wavelength
   // The master weights' dtype; only float32 (matmuls run in `dtype`).

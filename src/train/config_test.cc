@@ -10,6 +10,7 @@
 #include <set>
 
 #include "common/temp_dir.h"
+#include "train/maxtext_keys.h"
 
 namespace multislice {
 namespace {
@@ -783,6 +784,345 @@ TEST(DilocoKeysTest, DefaultsAndBadValuesAreOneSentence) {
     EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << overrides.back();
     EXPECT_EQ(status.message(), expected);
   }
+}
+
+}  // namespace
+}  // namespace multislice
+
+namespace multislice {
+namespace {
+
+// Issue 28: MaxText's configs load. The shipped configs/maxtext/base.yml,
+// found from this file's place in the source tree.
+std::string MaxTextBaseYaml() {
+  return (std::filesystem::path(__FILE__).parent_path() / ".." / ".." /
+          "configs" / "maxtext" / "base.yml")
+      .lexically_normal()
+      .string();
+}
+
+class MaxTextConfigTest : public ::testing::Test {
+ protected:
+  std::string Write(const std::string& relative, const std::string& text) {
+    const std::filesystem::path path = dir_.path() + "/" + relative;
+    std::filesystem::create_directories(path.parent_path());
+    std::ofstream(path) << text;
+    return path.string();
+  }
+  std::string Empty() { return Write("empty.yml", ""); }
+  std::string Error(const std::string& yaml,
+                    const std::vector<std::string>& overrides) {
+    Result<TrainConfig> config = LoadTrainConfig(yaml, overrides);
+    EXPECT_FALSE(config.ok()) << (overrides.empty() ? "" : overrides.back());
+    if (config.ok()) return "";
+    EXPECT_EQ(config.status().code(), StatusCode::kInvalidArgument);
+    return config.status().message();
+  }
+  TempDir dir_;
+};
+
+// The file loads as it is, and each honoured key has the file's value in
+// the config (the file read here with yaml-cpp on its own), converted
+// where MaxText's meaning is spelled differently here.
+TEST_F(MaxTextConfigTest, BaseYmlLoadsVerbatimAndHonouredKeysTakeItsValues) {
+  Result<TrainConfig> config = LoadTrainConfig(MaxTextBaseYaml(), {});
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_TRUE(ValidateTrainConfig(*config).ok())
+      << ValidateTrainConfig(*config).message();
+  const nlohmann::json json = ToJson(*config);
+  const YAML::Node root = YAML::LoadFile(MaxTextBaseYaml());
+  int honoured = 0;
+  for (const auto& entry : root) {
+    const std::string key = entry.first.Scalar();
+    const MaxTextKey* maxtext = FindMaxTextKey(key);
+    ASSERT_NE(maxtext, nullptr) << key;
+    if (maxtext->status != MaxTextKeyStatus::kHonoured) continue;
+    ++honoured;
+    const nlohmann::json file_value = MaxTextValue(entry.second);
+    const std::string ours = maxtext->ours;
+    if (key == "max_num_checkpoints_to_keep") {
+      ASSERT_TRUE(file_value.is_null());
+      EXPECT_EQ(json[ours], 2147483647);  // None: keep every checkpoint
+    } else if (key == "num_diloco_fragments") {
+      ASSERT_TRUE(file_value.is_null());
+      EXPECT_EQ(json[ours], 1);
+    } else if (key == "warmup_steps_fraction") {
+      EXPECT_EQ(json["warmup_steps"],
+                static_cast<int>(MaxTextValue(root["steps"]).get<double>() *
+                                 file_value.get<double>()))
+          << "int(steps x fraction)";
+    } else if (key == "learning_rate_schedule_steps" || key == "eval_steps") {
+      EXPECT_EQ(file_value, -1) << key;  // -1: steps, and eval_batches stays
+      EXPECT_EQ(json["eval_batches"], TrainConfig().eval_batches);
+    } else if (key == "base_output_directory") {
+      EXPECT_EQ(file_value, "");
+      EXPECT_EQ(json[ours], "maxtext_output");  // MaxText's default
+    } else if (key == "override_model_config") {
+      EXPECT_EQ(file_value, false);  // read by the loader, not stored
+    } else {
+      EXPECT_TRUE(SameMaxTextValue(json[ours], file_value))
+          << key << " -> " << ours << ": " << json[ours] << " vs "
+          << file_value;
+    }
+  }
+  EXPECT_EQ(honoured, 66);
+  EXPECT_EQ(config->steps, 150001);              // 150_001
+  EXPECT_EQ(config->per_device_batch_size, 12);  // 12.0
+  EXPECT_EQ(config->eval_interval, -1);          // no evaluation
+  EXPECT_EQ(config->decoder_block, "llama2");
+}
+
+// Each of the file's keys, given on the command line with the file's
+// value, is known (it may be refused for its value on our defaults, never
+// as unknown).
+TEST_F(MaxTextConfigTest, EveryKeyOfTheFileIsKnown) {
+  const YAML::Node root = YAML::LoadFile(MaxTextBaseYaml());
+  const std::string empty = Empty();
+  size_t keys = 0;
+  for (const auto& entry : root) {
+    ++keys;
+    const std::string key = entry.first.Scalar();
+    const std::string value =
+        entry.second.IsScalar() ? entry.second.Scalar() : "[]";
+    Result<TrainConfig> config = LoadTrainConfig(empty, {key + "=" + value});
+    if (!config.ok()) {
+      EXPECT_FALSE(config.status().message().starts_with("unknown key"))
+          << config.status().message();
+    }
+  }
+  EXPECT_EQ(keys, 696u);
+  EXPECT_EQ(Error(empty, {"warmup_step_fraction=0.1"}),
+            "unknown key 'warmup_step_fraction' in the command line; did you "
+            "mean 'warmup_steps_fraction'?");
+}
+
+TEST_F(MaxTextConfigTest, DefaultOnlyKeysOfEachTypeRefuseOtherValues) {
+  const std::string empty = Empty();
+  const std::string sentence =
+      "' in the command line: this trainer does not implement it, so only "
+      "MaxText's default ";
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"quantization=int8",
+       "key 'quantization' = 'int8" + sentence +
+           "\"\" is accepted (the matmuls run in dtype, unquantized and "
+           "dense)"},
+      {"quantization=",  // OmegaConf: null, not the empty string
+       "key 'quantization' = '" + sentence +
+           "\"\" is accepted (the matmuls run in dtype, unquantized and "
+           "dense)"},
+      {"enable_wandb=true",
+       "key 'enable_wandb' = 'true" + sentence +
+           "False is accepted (metrics go to metrics.jsonl in the run "
+           "directory)"},
+      {"num_experts=8",
+       "key 'num_experts' = '8" + sentence +
+           "1 is accepted (the MLPs are dense, no mixture of experts)"},
+      {"dropout_rate=0.1", "key 'dropout_rate' = '0.1" + sentence +
+                               "0.0 is accepted (there is no dropout)"},
+      {"weight_sparsity_n=2",
+       "key 'weight_sparsity_n' = '2" + sentence +
+           "null is accepted (the matmuls run in dtype, unquantized and "
+           "dense)"},
+      {"trainable_parameters_mask=['.*norm']",
+       "key 'trainable_parameters_mask' = '['.*norm']" + sentence +
+           "[] is accepted (every parameter is trained)"},
+      {"dataset_type=hf",
+       "key 'dataset_type' = 'hf" + sentence +
+           "tfds is accepted (prepare the data with multislice data prepare "
+           "and give its directory as dataset_path)"},
+      {"lr_schedule_type=wsd",
+       "key 'lr_schedule_type' = 'wsd" + sentence +
+           "\"cosine\" is accepted (the schedule is linear warmup, then "
+           "cosine decay)"},
+  };
+  for (const auto& [override_text, expected] : refused) {
+    EXPECT_EQ(Error(empty, {override_text}), expected);
+  }
+  // The defaults given explicitly, in other spellings of the same value.
+  Result<TrainConfig> defaults = LoadTrainConfig(
+      empty, {"quantization=\"\"", "enable_wandb=false", "num_experts=1.0",
+              "dropout_rate=0", "weight_sparsity_n=None",
+              "weight_sparsity_m=null", "trainable_parameters_mask=[]",
+              "dataset_type=tfds", "lr_schedule_type='cosine'",
+              "mrope_section=[24, 20, 20.0]", "checkpoint_conversion_fn=NONE"});
+  ASSERT_TRUE(defaults.ok()) << defaults.status().message();
+  EXPECT_EQ(*defaults, TrainConfig());
+  // In a file too, lists and nested lists included.
+  EXPECT_EQ(
+      Error(Write("lists.yml", "compress_ratios: [0, 4]\n"), {}),
+      "key 'compress_ratios' = '[0,4]' in " + dir_.path() +
+          "/lists.yml: this trainer does not implement it, so only MaxText's "
+          "default [] is accepted (attention is plain multi-head (or "
+          "grouped-query))");
+  // Ignored keys take any value.
+  Result<TrainConfig> ignored = LoadTrainConfig(
+      Write("ignored.yml",
+            "hardware: gpu\nremat_policy: minimal\nscan_layers: false\n"
+            "logical_axis_rules: [['norm', 'fsdp']]\nprompt: hello\n"),
+      {"attention=flash", "sa_block_q=1024"});
+  ASSERT_TRUE(ignored.ok()) << ignored.status().message();
+  EXPECT_EQ(*ignored, TrainConfig());
+}
+
+TEST_F(MaxTextConfigTest, ModelFileOverridesTheBaseAndTheCommandLineMayNot) {
+  const std::string base =
+      Write("configs/x/base.yml", "base_emb_dim: 32\nsteps: 7\nmlp_dim: 64\n");
+  const std::string model = Write("configs/models/m.yml",
+                                  "base_emb_dim: 64\nbase_num_query_heads: 2\n"
+                                  "mlp_activations: [gelu]\n");
+  Result<TrainConfig> config = LoadTrainConfig(base, {"model_name=m"});
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(config->emb_dim, 64);  // the model file over the base
+  EXPECT_EQ(config->num_heads, 2);
+  EXPECT_EQ(config->steps, 7);  // the base where the model is silent
+  EXPECT_EQ(config->mlp_dim, 64);
+  EXPECT_EQ(config->mlp_activations, std::vector<std::string>{"gelu"});
+  EXPECT_EQ(config->model_name, "m");
+
+  const std::string refusal =
+      "' in the command line overrides the model file " + model +
+      " (base_emb_dim: 64): set override_model_config=true to change a "
+      "model's key, as in MaxText";
+  EXPECT_EQ(Error(base, {"model_name=m", "base_emb_dim=128"}),
+            "key 'base_emb_dim' = '128" + refusal);
+  EXPECT_EQ(Error(base, {"model_name=m", "emb_dim=128"}),  // an alias
+            "key 'emb_dim' = '128" + refusal);
+  // The same value again is no override; keys the model does not set are
+  // free; override_model_config lets the command line win.
+  for (const std::vector<std::string>& overrides :
+       std::vector<std::vector<std::string>>{
+           {"model_name=m", "base_emb_dim=64", "steps=9",
+            "mlp_activations=gelu"},
+           {"model_name=m", "override_model_config=true", "emb_dim=128",
+            "steps=9"},
+           {"base_emb_dim=128", "model_name=m-Instruct",
+            "override_model_config=True", "steps=9"}}) {
+    Result<TrainConfig> loaded = LoadTrainConfig(base, overrides);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+    EXPECT_EQ(loaded->steps, 9);
+    EXPECT_EQ(loaded->num_heads, 2);
+  }
+  EXPECT_EQ(LoadTrainConfig(base, {"model_name=m", "override_model_config=true",
+                                   "emb_dim=128"})
+                ->emb_dim,
+            128);
+  // model_name and override_model_config from the config file.
+  const std::string named = Write(
+      "configs/x/named.yml", "model_name: m\noverride_model_config: true\n");
+  Result<TrainConfig> from_file = LoadTrainConfig(named, {"emb_dim=96"});
+  ASSERT_TRUE(from_file.ok()) << from_file.status().message();
+  EXPECT_EQ(from_file->emb_dim, 96);
+  EXPECT_EQ(from_file->num_heads, 2);
+  // A path as model_name; default is no model file.
+  Result<TrainConfig> by_path = LoadTrainConfig(base, {"model_name=" + model});
+  ASSERT_TRUE(by_path.ok()) << by_path.status().message();
+  EXPECT_EQ(by_path->emb_dim, 64);
+  Result<TrainConfig> none = LoadTrainConfig(base, {"model_name=default"});
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->emb_dim, 32);
+  // A missing model file, and a bad override_model_config.
+  EXPECT_EQ(Error(base, {"model_name=nope"}),
+            "key 'model_name' = 'nope': there is no model file nope.yml in " +
+                dir_.path() + "/configs/x/models, " + dir_.path() +
+                "/configs/models, " + dir_.path() + "/configs/x or " +
+                (std::filesystem::path(MaxTextBaseYaml()).parent_path() / ".." /
+                 "models")
+                    .lexically_normal()
+                    .string());
+  EXPECT_EQ(Error(base, {"model_name=m", "override_model_config=yes"}),
+            "key 'override_model_config' = 'yes' in the command line: "
+            "expected true or false");
+}
+
+// MaxText's base.yml with a shipped model file, as the quickstart runs it.
+TEST_F(MaxTextConfigTest, ShippedModelFilesLoadOverTheMaxTextBase) {
+  for (const char* name : {"gpt3-tiny", "llama2-tiny", "gemma-tiny",
+                           "llama2-7b", "mistral-7b", "gemma-2b"}) {
+    Result<TrainConfig> config = LoadTrainConfig(
+        MaxTextBaseYaml(), {std::string("model_name=") + name, "steps=5"});
+    ASSERT_TRUE(config.ok()) << name << ": " << config.status().message();
+    EXPECT_TRUE(ValidateTrainConfig(*config).ok())
+        << name << ": " << ValidateTrainConfig(*config).message();
+    const YAML::Node model =
+        YAML::LoadFile((std::filesystem::path(MaxTextBaseYaml()).parent_path() /
+                        ".." / "models" / (std::string(name) + ".yml"))
+                           .string());
+    EXPECT_EQ(config->decoder_block, model["decoder_block"].as<std::string>());
+    EXPECT_EQ(config->emb_dim, model["base_emb_dim"].as<int>()) << name;
+    EXPECT_EQ(config->num_kv_heads, model["base_num_kv_heads"].as<int>());
+    EXPECT_EQ(config->head_dim, model["head_dim"].as<int>()) << name;
+    EXPECT_EQ(config->mlp_activations,
+              model["mlp_activations"].as<std::vector<std::string>>());
+    EXPECT_EQ(config->logits_via_embedding,
+              model["logits_via_embedding"].as<bool>());
+  }
+}
+
+// MaxText's spellings of values of our keys, and its keys that convert.
+TEST_F(MaxTextConfigTest, ConversionsOfMaxTextMeanings) {
+  Result<TrainConfig> c = LoadTrainConfig(
+      Write("maxtext.yml",
+            "steps: 150_001\nper_device_batch_size: 12.0\n"
+            "max_num_checkpoints_to_keep: None\nnum_diloco_fragments: null\n"
+            "rope_max_timescale: 1_000_000\neval_interval: -1\n"
+            "learning_rate: 3.e-5\nbase_output_directory: \"\"\n"),
+      {"init_weights_seed=5", "learning_rate_final_fraction=0.2",
+       "eval_steps=7", "warmup_steps_fraction=0.2", "steps=50"});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->per_device_batch_size, 12);
+  EXPECT_EQ(c->max_num_checkpoints_to_keep, 2147483647);
+  EXPECT_EQ(c->num_diloco_fragments, 1);
+  EXPECT_EQ(c->rope_max_timescale, 1e6);
+  EXPECT_EQ(c->eval_interval, -1);
+  EXPECT_EQ(c->learning_rate, 3e-5);
+  EXPECT_EQ(c->base_output_directory, "maxtext_output");
+  EXPECT_EQ(c->seed, 5);
+  EXPECT_EQ(c->cosine_learning_rate_final_fraction, 0.2);
+  EXPECT_EQ(c->eval_batches, 7);
+  EXPECT_EQ(c->steps, 50);
+  EXPECT_EQ(c->warmup_steps, 10);  // int(50 x 0.2), after steps=50
+  EXPECT_TRUE(ValidateTrainConfig(*c).ok())
+      << ValidateTrainConfig(*c).message();
+
+  const std::string empty = Empty();
+  // The later of warmup_steps and warmup_steps_fraction wins.
+  EXPECT_EQ(LoadTrainConfig(empty, {"steps=50", "warmup_steps_fraction=0.2",
+                                    "warmup_steps=3"})
+                ->warmup_steps,
+            3);
+  EXPECT_EQ(LoadTrainConfig(empty, {"steps=50", "warmup_steps=3",
+                                    "warmup_steps_fraction=0.1"})
+                ->warmup_steps,
+            5);
+  // steps -1 takes the schedule's length; otherwise the two must agree.
+  EXPECT_EQ(
+      LoadTrainConfig(empty, {"steps=-1", "learning_rate_schedule_steps=30"})
+          ->steps,
+      30);
+  EXPECT_TRUE(
+      LoadTrainConfig(empty, {"steps=30", "learning_rate_schedule_steps=30"})
+          .ok());
+  EXPECT_EQ(Error(empty, {"steps=50", "learning_rate_schedule_steps=60"}),
+            "key 'learning_rate_schedule_steps' = 60 in the command line: "
+            "expected -1 or steps (50): the learning rate here warms up and "
+            "decays over exactly the training steps");
+  EXPECT_EQ(Error(empty, {"per_device_batch_size=0.5"}),
+            "key 'per_device_batch_size' = '0.5' in the command line: "
+            "expected a whole number of sequences per device (MaxText's "
+            "fractional per-device batches are not implemented here)");
+  EXPECT_EQ(Error(empty, {"warmup_steps_fraction=1.5"}),
+            "key 'warmup_steps_fraction' = '1.5' in the command line: "
+            "expected a number >= 0 and <= 1");
+  EXPECT_EQ(Error(empty, {"eval_steps=all"}),
+            "key 'eval_steps' = 'all' in the command line: expected -1 or an "
+            "integer >= 0");
+  // Ours is false (GPT-2's tied head), MaxText's base.yml says true.
+  EXPECT_FALSE(TrainConfig().normalize_embedding_logits);
+  EXPECT_TRUE(
+      LoadTrainConfig(MaxTextBaseYaml(), {})->normalize_embedding_logits);
+  // Underscores only between digits.
+  EXPECT_EQ(Error(empty, {"steps=_5"}),
+            "key 'steps' = '_5' in the command line: expected an integer");
 }
 
 }  // namespace
