@@ -18,10 +18,9 @@
 namespace multislice::testing_util {
 namespace {
 
-// A file of the source tree (this file is src/cli/...).
+// A file of the source tree (MULTISLICE_SOURCE_DIR is set by CMake).
 std::string SourcePath(const std::string& relative) {
-  const auto root = std::filesystem::path(__FILE__).parent_path() / "../..";
-  return (root / relative).lexically_normal().string();
+  return std::string(MULTISLICE_SOURCE_DIR) + "/" + relative;
 }
 
 // TrainRunTest prepares the default corpus once (DatasetDir()) and gives

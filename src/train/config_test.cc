@@ -15,12 +15,10 @@
 namespace multislice {
 namespace {
 
-// configs/base.yml, found from this file's place in the source tree.
+// configs/base.yml in the source tree (MULTISLICE_SOURCE_DIR is set by
+// CMake: __FILE__ is relative where ccache's base_dir rewrites paths).
 std::string ShippedBaseYaml() {
-  return (std::filesystem::path(__FILE__).parent_path() / ".." / ".." /
-          "configs" / "base.yml")
-      .lexically_normal()
-      .string();
+  return std::string(MULTISLICE_SOURCE_DIR) + "/configs/base.yml";
 }
 
 class ConfigTest : public ::testing::Test {
@@ -792,13 +790,9 @@ TEST(DilocoKeysTest, DefaultsAndBadValuesAreOneSentence) {
 namespace multislice {
 namespace {
 
-// Issue 28: MaxText's configs load. The shipped configs/maxtext/base.yml,
-// found from this file's place in the source tree.
+// Issue 28: MaxText's configs load. The shipped configs/maxtext/base.yml.
 std::string MaxTextBaseYaml() {
-  return (std::filesystem::path(__FILE__).parent_path() / ".." / ".." /
-          "configs" / "maxtext" / "base.yml")
-      .lexically_normal()
-      .string();
+  return std::string(MULTISLICE_SOURCE_DIR) + "/configs/maxtext/base.yml";
 }
 
 class MaxTextConfigTest : public ::testing::Test {

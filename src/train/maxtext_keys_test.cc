@@ -18,11 +18,9 @@
 namespace multislice {
 namespace {
 
+// A file of the source tree (MULTISLICE_SOURCE_DIR is set by CMake).
 std::string SourcePath(const std::string& relative) {
-  return (std::filesystem::path(__FILE__).parent_path() / ".." / ".." /
-          relative)
-      .lexically_normal()
-      .string();
+  return std::string(MULTISLICE_SOURCE_DIR) + "/" + relative;
 }
 
 TEST(MaxTextKeysTest, TableListsTheShippedBaseYmlKeysInOrder) {
