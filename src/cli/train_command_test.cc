@@ -236,6 +236,44 @@ TEST_F(TrainCommandTest, PipelineMeshesMatchOneDevice) {
   });
 }
 
+// The Llama block (RMSNorm, rotary embeddings, 4 query heads on 2 key/value
+// heads of 16 channels, SwiGLU, an untied head over 8192 tokens) and the
+// Gemma block (GeGLU, a tied head whose logits are divided by sqrt(C)):
+// fsdp 2, tensor 2, data 2 over DCN and 2 pipeline stages over DCN each
+// train the one-device run's losses, first gradient and weights.
+const std::vector<TrainMesh> kBlockMeshes = {
+    {"fsdp2",
+     {"per_device_batch_size=4", "ici_fsdp_parallelism=2",
+      "dcn_data_parallelism=1", "--num_slices", "1", "--accelerator_type",
+      "cpu-2"}},
+    {"tensor2",
+     {"per_device_batch_size=4", "ici_tensor_parallelism=2",
+      "dcn_data_parallelism=1", "--num_slices", "1", "--accelerator_type",
+      "cpu-2"}},
+    {"dcn_data2",
+     {"per_device_batch_size=4", "dcn_data_parallelism=2", "--num_slices", "2",
+      "--accelerator_type", "cpu-1"}},
+    {"dcn_stage2",
+     {"per_device_batch_size=4", "dcn_pipeline_parallelism=2",
+      "dcn_data_parallelism=1", "ici_fsdp_parallelism=1",
+      "num_pipeline_microbatches=4", "--num_slices", "2", "--accelerator_type",
+      "cpu-1"}},
+};
+
+TEST_F(TrainCommandTest, LlamaMeshesMatchOneDevice) {
+  ExpectMeshesMatchOneDevice(
+      kBlockMeshes, {"decoder_block=llama2", "num_heads=4", "num_kv_heads=2",
+                     "head_dim=16", "mlp_activations=[silu,linear]",
+                     "logits_via_embedding=false", "vocab_size=8192"});
+}
+
+TEST_F(TrainCommandTest, GemmaMeshesMatchOneDevice) {
+  ExpectMeshesMatchOneDevice(
+      kBlockMeshes,
+      {"decoder_block=gemma", "num_heads=4", "num_kv_heads=2", "head_dim=16",
+       "mlp_activations=[gelu,linear]", "logits_via_embedding=true"});
+}
+
 // Four stages of one layer each, both schedules, 8 microbatches.
 TEST_F(TrainCommandTest, FourStagePipelinesMatchOneDevice) {
   ExpectMeshesMatchOneDevice(

@@ -4,11 +4,25 @@
 #include <utility>
 
 #include "model/gpt_block.h"
+#include "model/llama_block.h"
 
 namespace multislice::model {
 
 std::vector<TensorSpec> BlockTensors(const DecoderConfig& config, int t) {
-  return GptBlockTensors(config, t);
+  if (config.block == BlockKind::kGpt3) return GptBlockTensors(config, t);
+  return LlamaBlockTensors(config, t);
+}
+
+std::vector<int64_t> TensorOffsets(const std::vector<TensorSpec>& tensors) {
+  std::vector<int64_t> offsets;
+  int64_t offset = 0;
+  for (const TensorSpec& s : tensors) {
+    offsets.push_back(offset);
+    int64_t size = 1;
+    for (int64_t d : s.shape) size *= d;
+    offset += size;
+  }
+  return offsets;
 }
 
 Status ValidateBlockTensorParallelism(const DecoderConfig& c, int t) {
@@ -44,7 +58,10 @@ TensorParallel::Wait TensorParallel::StartAllReduce(float* buf,
 std::unique_ptr<DecoderBlock> MakeBlock(const DecoderConfig& config, int layers,
                                         TensorParallel tensor,
                                         MatmulRunner* matmul) {
-  return MakeGptBlock(config, layers, std::move(tensor), matmul);
+  if (config.block == BlockKind::kGpt3) {
+    return MakeGptBlock(config, layers, std::move(tensor), matmul);
+  }
+  return MakeLlamaBlock(config, layers, std::move(tensor), matmul);
 }
 
 }  // namespace multislice::model

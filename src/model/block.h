@@ -42,6 +42,9 @@ struct TensorSpec {
 // order.
 std::vector<TensorSpec> BlockTensors(const DecoderConfig& config, int t);
 
+// Where each of `tensors` starts in its layer, counting from 0.
+std::vector<int64_t> TensorOffsets(const std::vector<TensorSpec>& tensors);
+
 // kInvalidArgument naming the values unless the block's heads, key/value
 // heads and MLP width divide by t (>= 1).
 Status ValidateBlockTensorParallelism(const DecoderConfig& config, int t);

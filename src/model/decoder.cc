@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "compute/gpt_ops.h"
+#include "compute/llama_ops.h"
 #include "model/matmul_runner.h"
 #include "model/tensor_shard.h"
 #include "runtime/trace.h"
@@ -162,8 +163,14 @@ void Decoder::EmbedForward(const float* params, const int32_t* tokens,
   a.tokens.assign(tokens, tokens + N);
   runtime::OpSpans trace("encoder", 0, "forward");
   trace.Next("embed");
-  ops::EncoderForward(a.encoded.data(), tokens, params + Tensor(wte_).offset,
-                      params + Tensor(wpe_).offset, B_, T_, config_.emb_dim);
+  const float* wte = params + Tensor(wte_).offset;
+  if (wpe_ >= 0) {
+    ops::EncoderForward(a.encoded.data(), tokens, wte,
+                        params + Tensor(wpe_).offset, B_, T_, config_.emb_dim);
+  } else {
+    compute::llama::EmbedForward(a.encoded.data(), tokens, wte, N,
+                                 config_.emb_dim);
+  }
 }
 
 Result<float> Decoder::Forward(const float* params, const int32_t* tokens,
@@ -193,10 +200,17 @@ Result<float> Decoder::HeadForward(const float* params,
                 V = config_.vocab_size;
   runtime::OpSpans trace("head", 0, "forward");
   trace.Next("lnf");
-  ops::LayerNormForward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(),
-                        output(), params + Tensor(lnf_w_).offset,
-                        params + Tensor(lnf_b_).offset, N, static_cast<int>(C),
-                        static_cast<float>(config_.norm_epsilon));
+  const float eps = static_cast<float>(config_.norm_epsilon);
+  if (lnf_b_ >= 0) {
+    ops::LayerNormForward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(),
+                          output(), params + Tensor(lnf_w_).offset,
+                          params + Tensor(lnf_b_).offset, N,
+                          static_cast<int>(C), eps);
+  } else {
+    compute::llama::RmsNormForward(a.lnf.data(), a.lnf_rstd.data(), output(),
+                                   params + Tensor(lnf_w_).offset, N,
+                                   static_cast<int>(C), eps);
+  }
   // logits[N,V] = lnf[N,C] @ W^T, W stored [V,C].
   trace.Next("logits");
   const int head = config_.tied_embedding ? wte_ : lm_head_;
@@ -244,14 +258,19 @@ Status Decoder::HeadBackward(const float* params, float* grads) {
   trace.Next("lnf");
   Zero(a.dresidual);
   const ParamTensor& lnf_w = Tensor(lnf_w_);
-  const ParamTensor& lnf_b = Tensor(lnf_b_);
   std::fill_n(grads + lnf_w.offset, lnf_w.size, 0.0f);
-  std::fill_n(grads + lnf_b.offset, lnf_b.size, 0.0f);
-  const float* last_residual = output();
-  ops::LayerNormBackward(a.dresidual.data(), grads + lnf_w.offset,
-                         grads + lnf_b.offset, a.dlnf.data(), last_residual,
-                         params + lnf_w.offset, a.lnf_mean.data(),
-                         a.lnf_rstd.data(), N, static_cast<int>(C));
+  if (lnf_b_ >= 0) {
+    const ParamTensor& lnf_b = Tensor(lnf_b_);
+    std::fill_n(grads + lnf_b.offset, lnf_b.size, 0.0f);
+    ops::LayerNormBackward(a.dresidual.data(), grads + lnf_w.offset,
+                           grads + lnf_b.offset, a.dlnf.data(), output(),
+                           params + lnf_w.offset, a.lnf_mean.data(),
+                           a.lnf_rstd.data(), N, static_cast<int>(C));
+  } else {
+    compute::llama::RmsNormBackwardAccumulate(
+        a.dresidual.data(), grads + lnf_w.offset, a.dlnf.data(), output(),
+        params + lnf_w.offset, a.lnf_rstd.data(), N, static_cast<int>(C));
+  }
   return OkStatus();
 }
 
@@ -263,10 +282,16 @@ void Decoder::EmbedBackward(float* grads) {
   if (!stage_.last() || !config_.tied_embedding) {
     std::fill_n(grads + wte.offset, wte.size, 0.0f);
   }
-  const ParamTensor& wpe = Tensor(wpe_);
-  std::fill_n(grads + wpe.offset, wpe.size, 0.0f);  // rows at or past T: 0
   runtime::OpSpans trace("encoder", 0, "backward");
   trace.Next("embed");
+  if (wpe_ < 0) {
+    compute::llama::EmbedBackwardAccumulate(grads + wte.offset,
+                                            a.dresidual.data(), a.tokens.data(),
+                                            int64_t{B_} * T_, config_.emb_dim);
+    return;
+  }
+  const ParamTensor& wpe = Tensor(wpe_);
+  std::fill_n(grads + wpe.offset, wpe.size, 0.0f);  // rows at or past T: 0
   ops::EncoderBackward(grads + wte.offset, grads + wpe.offset,
                        a.dresidual.data(), a.tokens.data(), B_, T_,
                        config_.emb_dim);

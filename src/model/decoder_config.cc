@@ -99,10 +99,6 @@ Status ValidateConfig(const DecoderConfig& c) {
                            "query heads");
   }
   if (c.block == BlockKind::kGpt3) return CheckGpt3(c);
-  if (c.block != BlockKind::kGpt3) {
-    return InvalidArgument(std::string("decoder_block ") + BlockName(c.block) +
-                           " is not implemented yet");
-  }
   RETURN_IF_ERROR(Positive("rope_max_timescale", c.rope_max_timescale));
   if (c.head_dim % 2 != 0) {
     return InvalidArgument("head_dim " + std::to_string(c.head_dim) +

@@ -78,15 +78,8 @@ class GptBlock : public DecoderBlock {
         layers_(layers),
         heads_(config.num_heads / tensor_.size),
         attn_dim_(config.emb_dim / tensor_.size),
-        mlp_dim_(config.mlp_dim / tensor_.size) {
-    int64_t offset = 0;
-    for (const TensorSpec& s : GptBlockTensors(config, tensor_.size)) {
-      offsets_.push_back(offset);
-      int64_t size = 1;
-      for (int64_t d : s.shape) size *= d;
-      offset += size;
-    }
-  }
+        mlp_dim_(config.mlp_dim / tensor_.size),
+        offsets_(TensorOffsets(GptBlockTensors(config, tensor_.size))) {}
 
   void Resize(int B, int T) override {
     B_ = B;
@@ -125,7 +118,7 @@ class GptBlock : public DecoderBlock {
   const int layers_;
   // This rank's heads, attention width (C/t) and MLP width (mlp/t).
   const int heads_, attn_dim_, mlp_dim_;
-  std::vector<int64_t> offsets_;  // of each tensor in the layer
+  const std::vector<int64_t> offsets_;  // of each tensor in the layer
   int B_ = 0, T_ = 0;
   std::vector<Activations> acts_;
   Activations d_;  // gradients of one layer's activations, reused

@@ -42,7 +42,11 @@ std::vector<ParamTensor> ParameterLayout(const DecoderConfig& c, int t,
   const int per_stage = c.num_layers / stage.count;
   const int first_layer = stage.index * per_stage;
   LayoutBuilder b;
-  if (stage.first() || (stage.last() && c.tied_embedding)) b.Add("wte", {V, C});
+  if (stage.first() || (stage.last() && c.tied_embedding)) {
+    b.Add(
+        "wte", {V, C},
+        UsesLearnedPositions(c) ? TensorInit::kNormal : TensorInit::kEmbedding);
+  }
   if (stage.first() && UsesLearnedPositions(c)) {
     b.Add("wpe", {c.max_seq_len, C});
   }
@@ -91,10 +95,13 @@ void InitParameters(const DecoderConfig& config, uint64_t seed, float* params) {
     float* out = params + t.offset;
     switch (t.init) {
       case TensorInit::kNormal:
-      case TensorInit::kResidual: {
-        const float scale =
-            kInitStd *
-            (t.init == TensorInit::kResidual ? residual_scale : 1.0f);
+      case TensorInit::kResidual:
+      case TensorInit::kEmbedding: {
+        float scale = kInitStd;
+        if (t.init == TensorInit::kResidual) scale *= residual_scale;
+        if (t.init == TensorInit::kEmbedding) {
+          scale = 1.0f / std::sqrt(static_cast<float>(t.shape.back()));
+        }
         const int64_t rows = t.shape.size() == 2 ? t.shape[0] : 1;
         const int64_t cols = t.shape.back();
         compute::FillBlock(compute::Distribution::kNormal, seed, i, scale, cols,

@@ -33,11 +33,14 @@ enum class TensorSplit {
 
 // How InitParameters fills a tensor.
 enum class TensorInit {
-  kNormal,    // normal, std 0.02
-  kResidual,  // normal, std 0.02 / sqrt(2 num_layers): projections into the
-              // residual stream
-  kZero,      // biases
-  kOne,       // norm weights
+  kNormal,     // normal, std 0.02
+  kResidual,   // normal, std 0.02 / sqrt(2 num_layers): projections into the
+               // residual stream
+  kEmbedding,  // normal, std 1/sqrt(C): the Llama family's wte (MaxText's
+               // variance scaling over C), whose tied logits may be divided by
+               // sqrt(C)
+  kZero,       // biases
+  kOne,        // norm weights
 };
 
 // One tensor of the flat buffer: elements [offset, offset + size),

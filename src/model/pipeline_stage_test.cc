@@ -1,4 +1,5 @@
-// Pipeline stages of the GPT-2 model against the whole model: p stages run
+// Pipeline stages of the decoder (GPT-2's block, and Llama's with an untied
+// and a tied head) against the whole model: p stages run
 // one after the other (each forward reads the previous stage's output, each
 // backward the next stage's input gradient) give the whole model's loss and,
 // mapped back by name, its gradient: each stage's tensors the whole model's,
@@ -13,12 +14,21 @@
 
 #include "compute/random.h"
 #include "model/decoder.h"
+#include "model/decoder_testing.h"
 #include "model/tensor_shard.h"
 
 namespace multislice::model {
 namespace {
 
 DecoderConfig Config() { return GptShape(13, 6, 16, 4, 4, 32); }
+
+// Llama with grouped heads and an untied head (its last stage holds no wte),
+// and with a tied one.
+DecoderConfig Llama(bool tied) {
+  DecoderConfig c = testing::LlamaShape(13, 6, 16, 4, 2, 6, 4, 32);
+  c.tied_embedding = tied;
+  return c;
+}
 
 struct Batch {
   std::vector<int32_t> tokens, targets;
@@ -69,8 +79,21 @@ TEST(PipelineStageTest, StagesMustDivideTheLayers) {
   EXPECT_EQ(ValidatePipeline(c, 0).code(), StatusCode::kInvalidArgument);
 }
 
-void ExpectStagesMatchWhole(int p) {
-  const DecoderConfig c = Config();
+TEST(PipelineStageTest, AnUntiedHeadLivesOnTheLastStageOnly) {
+  const DecoderConfig c = Llama(/*tied=*/false);
+  const std::vector<ParamTensor> first = ParameterLayout(c, 1, {0, 2});
+  const std::vector<ParamTensor> last = ParameterLayout(c, 1, {1, 2});
+  EXPECT_EQ(first.front().name, "wte");
+  EXPECT_EQ(first[1].name, "h0.attn_norm.w");
+  EXPECT_EQ(last.front().name, "h2.attn_norm.w");
+  EXPECT_EQ(last[last.size() - 2].name, "lnf.w");
+  EXPECT_EQ(last.back().name, "lm_head");
+  int64_t sum = 0;
+  for (int s = 0; s < 4; ++s) sum += NumParameters(c, 1, {s, 4});
+  EXPECT_EQ(sum, NumParameters(c));  // nothing held twice
+}
+
+void ExpectStagesMatchWhole(int p, const DecoderConfig& c = Config()) {
   const int B = 2, T = c.max_seq_len, C = c.emb_dim;
   std::vector<float> params(NumParameters(c));
   InitParameters(c, 11, params.data());
@@ -113,14 +136,15 @@ void ExpectStagesMatchWhole(int p) {
             .ok());
     EXPECT_EQ(covered, 0) << "stage " << s;
   }
-  // Assemble: wte's two parts summed, every other tensor from its stage.
+  // Assemble: a tied wte's two parts summed, every other tensor from its
+  // stage.
   std::vector<float> assembled(params.size(), NAN);
   const int64_t wte = int64_t{c.vocab_size} * C;
   std::vector<float> wte_sum(wte, 0.0f);
   for (int s = 0; s < p; ++s) {
     const PipelineStage stage{s, p};
     InsertTensorShard(c, 1, 0, grads[s].data(), assembled.data(), stage);
-    if (stage.first() || stage.last()) {
+    if (stage.first() || (stage.last() && c.tied_embedding)) {
       for (int64_t i = 0; i < wte; ++i) wte_sum[i] += grads[s][i];
     }
   }
@@ -141,6 +165,12 @@ TEST(PipelineStageTest, TwoStagesGiveTheWholeModelsLossAndGradient) {
 
 TEST(PipelineStageTest, FourStagesGiveTheWholeModelsLossAndGradient) {
   ExpectStagesMatchWhole(4);
+}
+
+TEST(PipelineStageTest, LlamaStagesGiveTheWholeModelsLossAndGradient) {
+  ExpectStagesMatchWhole(2, Llama(/*tied=*/false));
+  ExpectStagesMatchWhole(4, Llama(/*tied=*/false));
+  ExpectStagesMatchWhole(2, Llama(/*tied=*/true));
 }
 
 TEST(PipelineStageTest, LaterStagesNeedTheirInputs) {

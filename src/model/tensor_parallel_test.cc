@@ -1,9 +1,10 @@
-// Tensor parallelism of the GPT-2 model against the whole model: t ranks on
-// t threads (an all-reduce over the threads in rank order) give the whole
-// model's loss and, mapped back with InsertTensorShard, its gradient, for
-// t = 2 and 4, f32 and bf16 matmuls; every rank holds the same replicated
-// gradients. The shard mapping itself: the ranks' parts tile every split
-// tensor exactly once, and Extract after Insert gives the part back.
+// Tensor parallelism of the decoder against the whole model, for GPT-2's,
+// Llama's (grouped key/value heads) and Gemma's blocks: t ranks on t threads
+// (an all-reduce over the threads in rank order) give the whole model's loss
+// and, mapped back with InsertTensorShard, its gradient, for t = 2 and 4,
+// f32 and bf16 matmuls; every rank holds the same replicated gradients. The
+// shard mapping itself: the ranks' parts tile every split tensor exactly once,
+// and Extract after Insert gives the part back.
 #include <gtest/gtest.h>
 
 #include <barrier>
@@ -14,12 +15,21 @@
 
 #include "compute/random.h"
 #include "model/decoder.h"
+#include "model/decoder_testing.h"
 #include "model/tensor_shard.h"
 
 namespace multislice::model {
 namespace {
 
 DecoderConfig Config() { return GptShape(13, 6, 16, 4, 2, 32); }
+
+// Llama with grouped key/value heads (head_dim apart from C / heads) and an
+// untied head; Gemma with GeGLU and a normalised tied head.
+DecoderConfig Llama(int heads, int kv_heads) {
+  return testing::LlamaShape(13, 6, 16, heads, kv_heads, 6, 2, 32);
+}
+
+DecoderConfig Gemma() { return testing::GemmaShape(13, 6, 16, 4, 2, 6, 2, 32); }
 
 bool Replicated(const ParamTensor& p) { return p.split == TensorSplit::kWhole; }
 
@@ -67,8 +77,8 @@ Run Whole(const DecoderConfig& c, DType type, const std::vector<float>& params,
 }
 
 void ExpectTensorParallelMatchesWhole(int t, DType type, float tolerance,
-                                      bool started = false) {
-  const DecoderConfig c = Config();
+                                      bool started = false,
+                                      const DecoderConfig& c = Config()) {
   const int B = 2, T = c.max_seq_len;
   std::vector<float> params(NumParameters(c));
   InitParameters(c, 11, params.data());
@@ -160,9 +170,18 @@ TEST(TensorParallelTest, TwoRanksTrackTheWholeModelBf16) {
   ExpectTensorParallelMatchesWhole(2, DType::kBF16, 2e-2f);
 }
 
-TEST(TensorShardTest, RanksTileEverySplitTensorOnceAndRoundTrip) {
-  const DecoderConfig c = Config();
-  const int t = 4;
+TEST(TensorParallelTest, LlamaGroupedHeadsTwoAndFourRanksF32) {
+  ExpectTensorParallelMatchesWhole(2, DType::kF32, 1e-5f, false, Llama(4, 2));
+  ExpectTensorParallelMatchesWhole(4, DType::kF32, 1e-5f, true, Llama(8, 4));
+}
+
+TEST(TensorParallelTest, GemmaTwoRanksF32AndLlamaBf16) {
+  ExpectTensorParallelMatchesWhole(2, DType::kF32, 1e-5f, true, Gemma());
+  ExpectTensorParallelMatchesWhole(2, DType::kBF16, 2e-2f, false, Llama(4, 2));
+}
+
+void ExpectRanksTileEverySplitTensor(const DecoderConfig& c, int t) {
+  SCOPED_TRACE(std::string(BlockName(c.block)) + " t=" + std::to_string(t));
   const int64_t n = NumParameters(c), local_n = NumParameters(c, t);
   std::vector<float> whole(n);
   for (int64_t i = 0; i < n; ++i) whole[i] = static_cast<float>(i);
@@ -192,6 +211,17 @@ TEST(TensorShardTest, RanksTileEverySplitTensorOnceAndRoundTrip) {
       ASSERT_EQ(hits[p.offset + i], want) << p.name << " entry " << i;
     }
   }
+}
+
+TEST(TensorShardTest, RanksTileEverySplitTensorOnceAndRoundTrip) {
+  const DecoderConfig c = Config();
+  const int t = 4;
+  ExpectRanksTileEverySplitTensor(c, t);
+  ExpectRanksTileEverySplitTensor(Llama(8, 4), 4);
+  ExpectRanksTileEverySplitTensor(Gemma(), 2);
+  const int64_t n = NumParameters(c), local_n = NumParameters(c, t);
+  std::vector<float> whole(n);
+  for (int64_t i = 0; i < n; ++i) whole[i] = static_cast<float>(i);
   // qkv.w of layer 0, rank 1 of 4: row 0 holds q's columns 4..7, k's
   // 20..23 and v's 36..39 (C = 16, 4 columns per rank per block).
   const std::vector<ParamTensor> layout = ParameterLayout(c);
@@ -210,6 +240,30 @@ TEST(TensorShardTest, RanksTileEverySplitTensorOnceAndRoundTrip) {
   EXPECT_EQ(row0, want);
 }
 
+// Grouped heads: a rank holds its query heads' and its key/value heads'
+// columns. Llama(4, 2), rank 1 of 2, head_dim 6: q columns 12..23 of 24, k
+// 30..35 of [24, 36), v 42..47 of [36, 48).
+TEST(TensorShardTest, GroupedHeadsSplitTheirOwnColumnBlocks) {
+  const DecoderConfig c = Llama(4, 2);
+  const int t = 2;
+  std::vector<float> whole(NumParameters(c));
+  for (size_t i = 0; i < whole.size(); ++i) whole[i] = static_cast<float>(i);
+  std::vector<float> local(NumParameters(c, t));
+  ExtractTensorShard(c, t, 1, whole.data(), local.data());
+  const std::vector<ParamTensor> layout = ParameterLayout(c);
+  const std::vector<ParamTensor> local_layout = ParameterLayout(c, t);
+  ASSERT_EQ(layout[2].name, "h0.qkv.w");
+  ASSERT_EQ(layout[2].shape, (std::vector<int64_t>{16, 48}));
+  ASSERT_EQ(local_layout[2].shape, (std::vector<int64_t>{16, 24}));
+  std::vector<float> want;
+  for (int col = 12; col < 24; ++col) want.push_back(layout[2].offset + col);
+  for (int col = 30; col < 36; ++col) want.push_back(layout[2].offset + col);
+  for (int col = 42; col < 48; ++col) want.push_back(layout[2].offset + col);
+  const std::vector<float> row0(local.begin() + local_layout[2].offset,
+                                local.begin() + local_layout[2].offset + 24);
+  EXPECT_EQ(row0, want);
+}
+
 TEST(TensorShardTest, RanksThatDoNotDivideHeadsOrMlpAreOneSentence) {
   const DecoderConfig c = Config();
   EXPECT_TRUE(ValidateTensorParallelism(c, 4).ok());
@@ -218,6 +272,10 @@ TEST(TensorShardTest, RanksThatDoNotDivideHeadsOrMlpAreOneSentence) {
   EXPECT_EQ(s.message(),
             "tensor parallelism 3 must divide num_heads (4) and mlp_dim (32): "
             "each rank holds whole heads and an equal part of the MLP");
+  EXPECT_EQ(ValidateTensorParallelism(Llama(4, 1), 2).message(),
+            "tensor parallelism 2 must divide num_heads (4), num_kv_heads (1) "
+            "and mlp_dim (32): each rank holds whole heads and an equal part "
+            "of the MLP");
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "common/suggest.h"
 #include "runtime/wire.h"
 #include "train/maxtext_keys.h"
+#include "train/model_config.h"
 #include "train/pipeline_schedule.h"
 
 namespace multislice {
@@ -997,30 +998,33 @@ Status ValidateTrainConfig(const TrainConfig& c) {
   RETURN_IF_ERROR(CheckAtLeast("vocab_size", c.vocab_size, 1));
   RETURN_IF_ERROR(CheckAtLeast("emb_dim", c.emb_dim, 1));
   RETURN_IF_ERROR(CheckAtLeast("num_heads", c.num_heads, 1));
-  if (c.emb_dim % c.num_heads != 0) {
-    return InvalidArgument(IntRangeError(
-        "emb_dim", c.emb_dim,
-        "a multiple of num_heads (" + std::to_string(c.num_heads) + ")"));
-  }
   RETURN_IF_ERROR(CheckAtLeast("num_decoder_layers", c.num_decoder_layers, 1));
   RETURN_IF_ERROR(CheckAtLeast("mlp_dim", c.mlp_dim, 1));
+  RETURN_IF_ERROR(CheckModelKeys(c));
+  // The block's own rules (train/model_config.h): head_dim, key/value heads
+  // and activations.
+  RETURN_IF_ERROR(train::DecoderConfigFrom(c).status());
   // Each tensor rank holds whole heads and an equal part of the MLP (-1
   // resolves with the mesh; the launcher checks it then).
   const int tensor = c.ici_tensor_parallelism * c.dcn_tensor_parallelism;
-  if (tensor > 0 && (c.num_heads % tensor != 0 || c.mlp_dim % tensor != 0)) {
+  const int kv_heads = c.num_kv_heads == -1 ? c.num_heads : c.num_kv_heads;
+  if (tensor > 0 && (c.num_heads % tensor != 0 || kv_heads % tensor != 0 ||
+                     c.mlp_dim % tensor != 0)) {
     return InvalidArgument(
         "keys ici_tensor_parallelism (" +
         std::to_string(c.ici_tensor_parallelism) +
         ") x dcn_tensor_parallelism (" +
-        std::to_string(c.dcn_tensor_parallelism) +
-        ") = " + std::to_string(tensor) +
-        ": expected a divisor of num_heads (" + std::to_string(c.num_heads) +
-        ") and of mlp_dim (" + std::to_string(c.mlp_dim) +
+        std::to_string(c.dcn_tensor_parallelism) + ") = " +
+        std::to_string(tensor) + ": expected a divisor of num_heads (" +
+        std::to_string(c.num_heads) + ")" +
+        (kv_heads != c.num_heads
+             ? ", of num_kv_heads (" + std::to_string(kv_heads) + ")"
+             : std::string()) +
+        " and of mlp_dim (" + std::to_string(c.mlp_dim) +
         "): each tensor rank holds whole heads and an equal part of the MLP");
   }
   RETURN_IF_ERROR(CheckPipeline(c));
   RETURN_IF_ERROR(CheckDiloco(c));
-  RETURN_IF_ERROR(CheckModelKeys(c));
   const double kInfinity = HUGE_VAL;
   RETURN_IF_ERROR(CheckNumber("learning_rate", c.learning_rate, 0, false,
                               kInfinity, false));

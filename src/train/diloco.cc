@@ -265,7 +265,7 @@ Result<FragmentRanges> LayerFragments(const model::DecoderConfig& model,
   for (const model::ParamTensor& t :
        model::ParameterLayout(model, tensor_size, stage)) {
     int f = 0;  // wte (either stage's copy) and wpe
-    if (t.name.rfind("lnf.", 0) == 0) {
+    if (t.name.rfind("lnf.", 0) == 0 || t.name == "lm_head") {
       f = fragments - 1;
     } else if (t.name[0] == 'h') {
       const int layer = std::stoi(t.name.substr(1));

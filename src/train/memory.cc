@@ -23,52 +23,62 @@ constexpr uint64_t kF32 = 4, kBf16 = 2;
 constexpr uint64_t kPeakSide = 2048;
 constexpr uint64_t kWidenedPanelBytes = 8 * kMiB;
 
-// One device's activation bytes for its B x T tokens (model/gpt.cc); with
-// tensor parallelism t a device trains its group's B t rows, and the
-// attention's width (A = C / t), heads and the MLP's width are its share.
-// A pipeline stage's model has L / p layers and its microbatch's rows (the
+// One device's activation bytes for its B x T tokens (model/decoder.cc and
+// its blocks); with tensor parallelism t a device trains its group's B t
+// rows, and the attention's heads and the MLP's width are its share. A
+// pipeline stage's model has L / p layers and its microbatch's rows (the
 // head's buffers counted as on the last stage: an upper bound).
-compute::AttentionShape AttentionShapeOf(const TrainConfig& c, int t,
+compute::AttentionShape AttentionShapeOf(const model::DecoderConfig& m, int t,
                                          uint64_t B) {
   compute::AttentionShape s;
   s.B = static_cast<int>(B);
-  s.T = c.max_target_length;
-  s.heads = s.kv_heads = c.num_heads / t;
-  s.head_dim = c.emb_dim / c.num_heads;
+  s.T = m.max_seq_len;
+  s.heads = m.num_heads / t;
+  s.kv_heads = m.num_kv_heads / t;
+  s.head_dim = m.head_dim;
   return s;
 }
 
 uint64_t ActivationBytesPerModel(const TrainConfig& c, bool via_f32, int t,
                                  uint64_t B, uint64_t L) {
+  const model::DecoderConfig m = DecoderConfigOf(c);
+  const compute::AttentionShape shape = AttentionShapeOf(m, t, B);
   const bool bf16 = MatmulDType(c) == DType::kBF16;
+  const bool gpt3 = m.block == model::BlockKind::kGpt3;
   const uint64_t T = c.max_target_length;
-  const uint64_t C = c.emb_dim, A = c.emb_dim / t, H = c.mlp_dim / t;
+  const uint64_t C = c.emb_dim, H = c.mlp_dim / t;
+  const uint64_t W = static_cast<uint64_t>(shape.qkv_width());  // q|k|v
+  const uint64_t Q = static_cast<uint64_t>(shape.out_width());  // attention
+  const uint64_t G = m.gated_mlp ? 2 * H : H;  // the MLP's input product
+  const uint64_t stats = gpt3 ? 4 : 2;  // LayerNorm's mean and rstd, twice
   const uint64_t V = c.vocab_size;
-  const uint64_t heads = c.num_heads / t;
+  const uint64_t heads = static_cast<uint64_t>(shape.heads);
   const uint64_t n = B * T;  // tokens
-  const uint64_t widest = std::max({V, H, 3 * A});
-  // Per layer: ln1, residual2, ln2, residual3 [n, C], qkv [n, 3A], atty
-  // [n, A], four row statistics, the softmax, fch and (f32 matmuls) its
-  // GELU; bf16 matmuls keep bf16 copies of ln1, qkv, atty, ln2 and the GELU
-  // instead.
-  const uint64_t layer = kF32 * (4 * n * C + 4 * n * A + 4 * n + n * heads * T +
-                                 n * H * (bf16 ? 1 : 2)) +
-                         (bf16 ? kBf16 * (2 * n * C + 4 * n * A + n * H) : 0);
+  const uint64_t widest = std::max({V, G, W});
+  // Per layer: the two norms' outputs, the residual after attention and the
+  // layer's output [n, C], qkv [n, W], the attention's output [n, Q], the
+  // row statistics, the softmax, the MLP's first product [n, G] and (f32
+  // matmuls) its activation [n, H]; bf16 matmuls keep bf16 copies of the
+  // norms, qkv, the attention's output and the activation instead.
+  const uint64_t layer = kF32 * (4 * n * C + n * (W + Q) + stats * n +
+                                 n * heads * T + n * G + (bf16 ? 0 : n * H)) +
+                         (bf16 ? kBf16 * (2 * n * C + n * (W + Q) + n * H) : 0);
   // One layer's gradients, reused by every layer.
-  const uint64_t gradients = kF32 * (4 * n * C + 4 * n * A + 4 * n + n * H);
-  // The residual stream, final LayerNorm and their gradients; logits,
+  const uint64_t gradients = kF32 * (4 * n * C + n * (W + Q) + stats * n +
+                                     n * G + (m.gated_mlp ? n * H : 0));
+  // The residual stream, final norm and their gradients; logits,
   // probabilities and their gradient; the attention scratch.
   const uint64_t head =
       kF32 * (4 * n * C + 3 * n * V + 4 * n +
-              static_cast<uint64_t>(compute::AttentionScratchSize(
-                  AttentionShapeOf(c, t, B), MatmulDType(c))));
-  // bf16: lnf's copy, an output gradient's copy and the matmul scratch of
-  // the operands rounded on the fly.
+              static_cast<uint64_t>(
+                  compute::AttentionScratchSize(shape, MatmulDType(c))));
+  // bf16: the final norm's copy, an output gradient's copy and the matmul
+  // scratch of the operands rounded on the fly.
   const uint64_t rounded = bf16 ? kBf16 * (n * C + 3 * n * widest) : 0;
   // The model's and the batch's tokens and targets (int32).
   const uint64_t tokens = 4 * n * 4;
   const uint64_t widened =
-      bf16 && via_f32 ? kF32 * n * std::max(H, 3 * A) + kWidenedPanelBytes : 0;
+      bf16 && via_f32 ? kF32 * n * std::max(G, W) + kWidenedPanelBytes : 0;
   return L * layer + gradients + head + rounded + tokens + widened;
 }
 

@@ -83,7 +83,8 @@ Result<ParallelPlan> ParallelPlan::Create(runtime::DeviceCollectives& coll,
       add(p, plan.tied_copy_);
       plan.tied_count_ = p.size;
     }
-    if (p.name == "wte" && stage.first() && !stage.last()) {
+    if (p.name == "wte" && stage.first() && !stage.last() &&
+        model.tied_embedding) {
       plan.tied_count_ = p.size;
     }
   }

@@ -27,19 +27,6 @@ std::string CheckpointDirectory(const TrainConfig& config) {
   return RunDirectory(config) + "/checkpoints";
 }
 
-model::DecoderConfig DecoderConfigOf(const TrainConfig& c) {
-  return model::GptShape(c.vocab_size, c.max_target_length, c.emb_dim,
-                         c.num_heads, c.num_decoder_layers, c.mlp_dim);
-}
-
-double StepFlopsPerDevice(const TrainConfig& c) {
-  const double C = c.emb_dim, L = c.num_decoder_layers, T = c.max_target_length;
-  const double matmul_params =
-      L * (C * 3 * C + C * C + 2 * C * c.mlp_dim) + C * c.vocab_size;
-  const double tokens = static_cast<double>(c.per_device_batch_size) * T;
-  return tokens * (6 * matmul_params + 12 * L * T * C);
-}
-
 namespace internal {
 
 // Test seams, read from the environment (never set in production):

@@ -63,6 +63,7 @@
 #include "model/decoder.h"
 #include "runtime/runtime.h"
 #include "train/config.h"
+#include "train/model_config.h"
 
 namespace multislice::train {
 
@@ -106,18 +107,10 @@ struct TrainSummary {
   std::vector<double> losses;  // of steps first_step..last_step
 };
 
-// FLOPs of one training step of one device (forward + backward), counted as
-// PaLM does: 6 per parameter of every matmul per token, plus 12 * layers *
-// T * emb_dim per token for attention.
-double StepFlopsPerDevice(const TrainConfig& config);
-
 Status RunTrainer(runtime::Runtime& rt, const TrainerOptions& options,
                   TrainSummary* summary);
 
 // The checkpoint directory of a run: RunDirectory(config) + "/checkpoints".
 std::string CheckpointDirectory(const TrainConfig& config);
-
-// The model a config describes.
-model::DecoderConfig DecoderConfigOf(const TrainConfig& config);
 
 }  // namespace multislice::train
