@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# One device's GPT-2 training step, ours against PyTorch's, in the same run.
+# One device's training step, ours against PyTorch's, in the same run.
 #
 # Alternates `build/bin/train_step_bench --json` (forward, backward, clipping
-# and AdamW of src/model/gpt.h, with the 2048^3 matmul peak of the step's
-# dtype measured just before) and bench/pytorch_gpt_step.py (the same model
-# and step in Debian's PyTorch 1.13, one thread, OpenBLAS on one thread) for
+# and AdamW of src/model/decoder.h, with the 2048^3 matmul peak of the step's
+# dtype measured just before) and the peer: bench/pytorch_gpt_step.py (GPT-2,
+# f32) or, with --decoder_block llama2|gemma, bench/pytorch_llama_step.py (the
+# same block in f32, or bf16 under autocast with --dtype bfloat16), in
+# Debian's PyTorch 1.13 on one thread with OpenBLAS on one thread, for
 # --repeats rounds, and prints each round and the medians: our step time, the
 # peer's, their ratio (peer / ours: > 1 means ours is faster) and our MFU.
 #
@@ -16,6 +18,9 @@
 #   bench/compare_train_step.sh                        # quickstart model, float32
 #   MULTISLICE_MAX_ISA=avx2 bench/compare_train_step.sh --repeats 5
 #   bench/compare_train_step.sh --size 8,128,256,4,1024,4 --dtype bfloat16
+#   bench/compare_train_step.sh --decoder_block llama2 --dtype bfloat16
+#       (the Llama quickstart model: --size 16,64,384,6,1024,2 --kv_heads 2
+#        --head_dim 64 --vocab 8192 unless given)
 #
 # Needs: build/bin/train_step_bench (scripts/build.sh) and the peer's packages
 # (python3-torch, libopenblas0-pthread), which it installs with
@@ -23,14 +28,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-size=16,64,384,6,1536,2  # B,T,C,NH,mlp,L: configs/quickstart.yml, one device
+size=  # B,T,C,NH,mlp,L; default: the quickstart model on one device
 dtype=float32
 repeats=5
 steps=10
+block=gpt3 kv_heads= head_dim= vocab=
 
 usage() {
   sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
   echo "flags: --size B,T,C,NH,mlp,L  --dtype float32|bfloat16  --repeats N  --steps N"
+  echo "       --decoder_block gpt3|llama2|gemma  --kv_heads N  --head_dim N  --vocab V"
 }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -38,6 +45,10 @@ while [ $# -gt 0 ]; do
     --dtype) dtype=$2; shift 2 ;;
     --repeats) repeats=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
+    --decoder_block) block=$2; shift 2 ;;
+    --kv_heads) kv_heads=$2; shift 2 ;;
+    --head_dim) head_dim=$2; shift 2 ;;
+    --vocab) vocab=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "compare_train_step.sh: unknown flag '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -46,6 +57,12 @@ case $dtype in
   float32|f32) ours_dtype=--f32 ;;
   bfloat16|bf16) ours_dtype= ;;
   *) echo "compare_train_step.sh: --dtype: '$dtype' is not float32 or bfloat16" >&2; exit 2 ;;
+esac
+case $block in
+  gpt3) size=${size:-16,64,384,6,1536,2} vocab=${vocab:-256} ;;
+  llama2|gemma) size=${size:-16,64,384,6,1024,2} kv_heads=${kv_heads:-2}
+                head_dim=${head_dim:-64} vocab=${vocab:-8192} ;;
+  *) echo "compare_train_step.sh: --decoder_block: '$block' is not gpt3, llama2 or gemma" >&2; exit 2 ;;
 esac
 [[ $repeats =~ ^[1-9][0-9]*$ ]] || { echo "compare_train_step.sh: --repeats: expected a positive integer, got '$repeats'" >&2; exit 2; }
 IFS=, read -r B T C NH MLP L <<<"$size"
@@ -56,12 +73,20 @@ IFS=, read -r B T C NH MLP L <<<"$size"
 
 field() { /usr/bin/python3 -c "import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }
 
-echo "GPT-2 step B=$B T=$T C=$C NH=$NH mlp=$MLP L=$L, $dtype, MULTISLICE_MAX_ISA=${MULTISLICE_MAX_ISA:-unset}"
+if [ "$block" = gpt3 ]; then
+  ours_model=(--vocab "$vocab")
+  peer_cmd=(bench/pytorch_gpt_step.py --vocab "$vocab")
+  echo "GPT-2 step B=$B T=$T C=$C NH=$NH mlp=$MLP L=$L V=$vocab, $dtype (peer: float32), MULTISLICE_MAX_ISA=${MULTISLICE_MAX_ISA:-unset}"
+else
+  ours_model=(--decoder_block "$block" --kv_heads "$kv_heads" --head_dim "$head_dim" --vocab "$vocab")
+  peer_cmd=(bench/pytorch_llama_step.py --block "$block" --kv_heads "$kv_heads" --head_dim "$head_dim" --vocab "$vocab" --dtype "$dtype")
+  echo "$block step B=$B T=$T C=$C heads=$NH/$kv_heads x $head_dim mlp=$MLP L=$L V=$vocab, $dtype (peer too), MULTISLICE_MAX_ISA=${MULTISLICE_MAX_ISA:-unset}"
+fi
 printf '%5s %10s %10s %8s %7s  %s\n' round ours_ms peer_ms peer/ours MFU "ours: matmul route | peer: BLAS"
 ours_all=() peer_all=() ratio_all=() mfu_all=()
 for r in $(seq 1 "$repeats"); do
-  ours=$(build/bin/train_step_bench --only "$size" $ours_dtype --steps "$steps" --json)
-  peer=$(OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 bench/pytorch_gpt_step.py \
+  ours=$(build/bin/train_step_bench --only "$size" "${ours_model[@]}" $ours_dtype --steps "$steps" --json)
+  peer=$(OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "${peer_cmd[@]}" \
     --batch "$B" --seq "$T" --emb "$C" --heads "$NH" --mlp "$MLP" --layers "$L" \
     --steps "$steps" --json)
   o=$(field step_time_s <<<"$ours"); p=$(field step_time_s <<<"$peer")

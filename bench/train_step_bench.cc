@@ -1,15 +1,19 @@
-// One device's GPT-2 training step (forward, backward, gradient clipping and
-// AdamW) timed at a few model sizes, against the 2048^3 matmul peak of the
-// same run in the step's dtype (on the route the step's matmuls take):
-// MFU = achieved GFLOP/s / peak GFLOP/s. The peer is bench/pytorch_gpt_step.py
-// (bench/compare_train_step.sh runs both).
+// One device's training step (forward, backward, gradient clipping and
+// AdamW) of the decoder, GPT-2's block or the Llama family's, timed at a few
+// model sizes, against the 2048^3 matmul peak of the same run in the step's
+// dtype (on the route the step's matmuls take): MFU = achieved GFLOP/s / peak
+// GFLOP/s. The peers are bench/pytorch_gpt_step.py and
+// bench/pytorch_llama_step.py (bench/compare_train_step.sh runs both sides).
 //
-// FLOPs per step: 6 * tokens * (L * (4C^2 + 2C * mlp) + C * V) for the
-// weight matmuls (forward 2x, backward 4x) plus 12 * L * T * C * tokens for
-// attention (the full T x T scores, as the GEMMs compute them).
+// FLOPs per step, as train/model_config.h counts them: 6 * tokens * (L *
+// (C (q + 2 kv) + q C + m C mlp) + C V) for the weight matmuls (forward 2x,
+// backward 4x; q = heads x head_dim, kv = kv_heads x head_dim, m = 2 matrices
+// or 3 for a gated MLP) plus 12 * L * T * q * tokens for attention (the full
+// T x T scores, as the GEMMs compute them).
 //
 // Usage: train_step_bench [--steps N] [--peak_reps N] [--f32] [--attention]
-//                         [--only B,T,C,NH,mlp,L] [--json]
+//                         [--only B,T,C,NH,mlp,L] [--decoder_block NAME]
+//                         [--kv_heads N] [--head_dim N] [--vocab V] [--json]
 // Under MULTISLICE_MAX_ISA it runs as on a CPU with only that level.
 #include <time.h>
 
@@ -37,21 +41,46 @@
 namespace {
 
 using multislice::DType;
+using multislice::Status;
 namespace model = multislice::model;
 
 struct Size {
   int B, T, C, NH, mlp, L;
 };
 
+// The block and the shape keys --only does not give (0: the default).
+struct ModelOptions {
+  model::BlockKind block = model::BlockKind::kGpt3;
+  int kv_heads = 0;  // 0: one per query head
+  int head_dim = 0;  // 0: C / NH
+  int vocab = 256;
+};
+ModelOptions g_model;
+
 double StepFlops(const model::DecoderConfig& c, int B, int T) {
   const double tokens = double{1} * B * T;
   const double C = c.emb_dim, H = c.mlp_dim, V = c.vocab_size, L = c.num_layers;
-  return 6.0 * tokens * (L * (4 * C * C + 2 * C * H) + C * V) +
-         12.0 * L * T * C * tokens;
+  const double q = double{1.0} * c.num_heads * c.head_dim;
+  const double kv = double{1.0} * c.num_kv_heads * c.head_dim;
+  const double mlp = (c.gated_mlp ? 3 : 2) * C * H;
+  return 6.0 * tokens * (L * (C * (q + 2 * kv) + q * C + mlp) + C * V) +
+         12.0 * L * T * q * tokens;
 }
 
 model::DecoderConfig ConfigOf(const Size& s) {
-  return model::GptShape(256, s.T, s.C, s.NH, s.L, s.mlp);
+  model::DecoderConfig c =
+      model::GptShape(g_model.vocab, s.T, s.C, s.NH, s.L, s.mlp);
+  if (g_model.block == model::BlockKind::kGpt3) return c;
+  c.block = g_model.block;
+  c.num_kv_heads = g_model.kv_heads > 0 ? g_model.kv_heads : s.NH;
+  if (g_model.head_dim > 0) c.head_dim = g_model.head_dim;
+  c.gated_mlp = true;
+  const bool gemma = c.block == model::BlockKind::kGemma;
+  c.mlp_activation =
+      gemma ? model::Activation::kGelu : model::Activation::kSilu;
+  c.tied_embedding = gemma;
+  c.normalize_embedding_logits = gemma;
+  return c;
 }
 
 double ThreadCpuSeconds() {
@@ -75,8 +104,8 @@ StepTime TimeStep(const Size& s, DType matmul_type, int steps) {
   const std::vector<uint8_t> mask = model::WeightDecayMask(c);
   std::vector<int32_t> tokens(int64_t{s.B} * s.T), targets(tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<int32_t>((i * 7919u + 13u) % 256u);
-    targets[i] = static_cast<int32_t>((i * 104729u + 7u) % 256u);
+    tokens[i] = static_cast<int32_t>((i * 7919u + 13u) % c.vocab_size);
+    targets[i] = static_cast<int32_t>((i * 104729u + 7u) % c.vocab_size);
   }
   model::Decoder gm(c, matmul_type);
   std::vector<double> times, cpu_times;
@@ -188,6 +217,20 @@ int main(int argc, char** argv) {
       matmul_type = DType::kF32;
     } else if (arg == "--json") {
       json = true;
+    } else if (arg == "--decoder_block" && i + 1 < argc) {
+      auto block = model::ParseBlockKind(argv[++i]);
+      if (!block.ok()) {
+        std::fprintf(stderr, "--decoder_block: %s\n",
+                     block.status().message().c_str());
+        return 2;
+      }
+      g_model.block = *block;
+    } else if (arg == "--kv_heads" && i + 1 < argc) {
+      g_model.kv_heads = std::atoi(argv[++i]);
+    } else if (arg == "--head_dim" && i + 1 < argc) {
+      g_model.head_dim = std::atoi(argv[++i]);
+    } else if (arg == "--vocab" && i + 1 < argc) {
+      g_model.vocab = std::atoi(argv[++i]);
     } else if (arg == "--only" && i + 1 < argc) {
       Size s{};
       if (std::sscanf(argv[++i], "%d,%d,%d,%d,%d,%d", &s.B, &s.T, &s.C, &s.NH,
@@ -200,7 +243,8 @@ int main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: %s [--steps N] [--peak_reps N] [--f32] [--attention] "
-          "[--only B,T,C,NH,mlp,L] [--json]\n",
+          "[--only B,T,C,NH,mlp,L] [--decoder_block NAME] [--kv_heads N] "
+          "[--head_dim N] [--vocab V] [--json]\n",
           argv[0]);
       return 2;
     }
@@ -230,6 +274,10 @@ int main(int argc, char** argv) {
   }
   for (const Size& s : sizes) {
     const model::DecoderConfig c = ConfigOf(s);
+    if (Status v = model::ValidateConfig(c); !v.ok()) {
+      std::fprintf(stderr, "%s\n", v.message().c_str());
+      return 2;
+    }
     const double flops = StepFlops(c, s.B, s.T);
     auto peak = multislice::bench::MeasureMatmulPeak(peak_desc, peak_reps);
     if (!peak.ok()) {
@@ -251,6 +299,10 @@ int main(int argc, char** argv) {
           {"NH", s.NH},
           {"mlp", s.mlp},
           {"L", s.L},
+          {"decoder_block", model::BlockName(c.block)},
+          {"kv_heads", c.num_kv_heads},
+          {"head_dim", c.head_dim},
+          {"vocab", c.vocab_size},
           {"gflop_per_step", flops * 1e-9},
           {"step_time_s", st.wall},
           {"step_cpu_s", st.cpu},
