@@ -1,9 +1,9 @@
 // End to end: `multislice train` run on MaxText's own base.yml (shipped
 // verbatim as configs/maxtext/base.yml) with a model file and the
-// command-line overrides a MaxText user passes, as issue 28 asks: it trains
-// and writes a step record per step, its config.json holds the model file's
-// shape, and a MaxText feature this trainer does not implement ends the
-// command with one sentence and exit code 2.
+// command-line overrides a MaxText user passes, as issue 28 asks: the gpt3
+// and llama2 blocks train and write a step record per step, its config.json
+// holds the model file's shape, and a MaxText feature this trainer does not
+// implement ends the command with one sentence and exit code 2.
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
@@ -83,6 +83,12 @@ class MaxTextConfigCommandTest : public TrainRunTest {
 
 TEST_F(MaxTextConfigCommandTest, MaxTextBaseWithGpt3TinyTrains) {
   TrainsFiveSteps("gpt3-tiny");
+}
+
+// The llama2 block: RMSNorm, rotary positions, SwiGLU, 4 query heads over 2
+// key/value heads, an untied head.
+TEST_F(MaxTextConfigCommandTest, MaxTextBaseWithLlama2TinyTrains) {
+  TrainsFiveSteps("llama2-tiny");
 }
 
 // A MaxText feature this trainer lacks, and a model key overridden without
