@@ -14,6 +14,8 @@ packages=(
   libcli11-dev nlohmann-json3-dev    # command line, JSON
   libdnnl-dev                        # matmul kernels (oneDNN)
   libyaml-cpp-dev                    # train configs (configs/*.yml)
+  libsentencepiece-dev               # tokenizers (data prepare, generate)
+  python3-sentencepiece              # tokenizer tests: the reference library
   fortunes                           # the default training corpus
   openmpi-bin libopenmpi-dev         # the mpi-flat benchmark baseline
   chromium chromium-driver           # the console's browser test (headless)

@@ -32,6 +32,7 @@
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/data.h"
+#include "train/dataset.h"
 #include "train/memory.h"
 #include "train/run_directory.h"
 #include "train/trainer.h"
@@ -126,9 +127,61 @@ Status CheckMemory(const TrainConfig& config, const train::WorkerShape& shape,
   return train::CheckHostMemory(*estimate, processes, available);
 }
 
-// The prepared dataset the config names, or the default fortunes dataset
-// (prepared on first use under base_output_directory/datasets/fortunes).
+// Refuses a dataset the model cannot train on: a vocabulary beyond
+// vocab_size (the embedding must hold every token id), and with
+// tokenizer_path set, a dataset tokenized otherwise. `checksum` is
+// tokenizer_path's ("" when it is empty); `what` names the dataset.
+Status CheckDataset(const TrainConfig& c, const std::string& dir,
+                    const std::string& checksum, const std::string& what) {
+  const std::string redo =
+      "; prepare it again with multislice data prepare "
+      "--tokenizer " +
+      c.tokenizer_path + " --output " + dir;
+  auto info = train::ReadDatasetInfo(dir);
+  if (!info.ok() && info.status().code() != StatusCode::kNotFound) {
+    return info.status();
+  }
+  if (!checksum.empty() && (!info.ok() || info->byte_level())) {
+    return InvalidArgument(what +
+                           " holds byte-level tokens, not tokens of "
+                           "tokenizer_path '" +
+                           c.tokenizer_path + "'" + redo);
+  }
+  if (!checksum.empty() && info->tokenizer_checksum != checksum) {
+    return InvalidArgument(
+        what + " was tokenized with another SentencePiece model (" +
+        info->tokenizer_checksum + ") than tokenizer_path '" +
+        c.tokenizer_path + "' (" + checksum + ")" + redo);
+  }
+  for (const char* file : {"train.bin", "val.bin"}) {
+    ASSIGN_OR_RETURN(train::TokenFileHeader header,
+                     train::ReadTokenFileHeader(dir + "/" + file));
+    if (header.vocab_size > static_cast<uint32_t>(c.vocab_size)) {
+      return InvalidArgument(
+          what + " has a vocabulary of " + std::to_string(header.vocab_size) +
+          " tokens (" + file + ") but vocab_size is " +
+          std::to_string(c.vocab_size) +
+          ": the model's embedding must hold every token id; set "
+          "vocab_size=" +
+          std::to_string(header.vocab_size) + " or more");
+    }
+  }
+  return OkStatus();
+}
+
+// The prepared dataset the config names, or the default fortunes corpus,
+// prepared on first use under base_output_directory/datasets/ (fortunes, or
+// fortunes-<checksum> with tokenizer_path: train::DefaultDatasetDirectory),
+// checked by CheckDataset.
 Result<std::string> DatasetDirectory(const TrainConfig& c) {
+  std::string checksum;
+  if (!c.tokenizer_path.empty()) {
+    auto tokenizer = train::SentencePieceTokenizer::Load(c.tokenizer_path);
+    if (!tokenizer.ok()) {
+      return InvalidArgument("tokenizer_path: " + tokenizer.status().message());
+    }
+    checksum = train::TokenizerChecksum((*tokenizer)->serialized());
+  }
   if (!c.dataset_path.empty()) {
     for (const char* file : {"/train.bin", "/val.bin"}) {
       if (!std::filesystem::exists(c.dataset_path + file)) {
@@ -139,11 +192,16 @@ Result<std::string> DatasetDirectory(const TrainConfig& c) {
                                c.dataset_path);
       }
     }
+    RETURN_IF_ERROR(CheckDataset(c, c.dataset_path, checksum,
+                                 "dataset_path: '" + c.dataset_path + "'"));
     return c.dataset_path;
   }
-  const std::string dir = c.base_output_directory + "/datasets/fortunes";
-  if (std::filesystem::exists(dir + "/train.bin") &&
-      std::filesystem::exists(dir + "/val.bin")) {
+  const std::string dir =
+      train::DefaultDatasetDirectory(c.base_output_directory, checksum);
+  const std::string what =
+      "dataset_path is empty and the default dataset '" + dir + "'";
+  if (train::DatasetIsComplete(dir)) {
+    RETURN_IF_ERROR(CheckDataset(c, dir, checksum, what));
     return dir;
   }
   if (!std::filesystem::exists(train::kDefaultCorpus)) {
@@ -153,10 +211,16 @@ Result<std::string> DatasetDirectory(const TrainConfig& c) {
         " is missing; install Debian's fortunes package (scripts/"
         "install_deps.sh does) or set dataset_path");
   }
-  // Every worker may get here at once: the files are written atomically
-  // with identical content, so the race is harmless.
-  RETURN_IF_ERROR(
-      train::PrepareDataset({train::kDefaultCorpus}, dir, 0.05, 0, nullptr));
+  // Every worker may get here at once: each stages its own files and
+  // renames them, with identical content, so the race is harmless.
+  train::PrepareOptions prepare;
+  prepare.inputs = {train::kDefaultCorpus};
+  prepare.output_dir = dir;
+  prepare.tokenizer_path = c.tokenizer_path;
+  prepare.add_bos = c.add_bos;
+  prepare.add_eos = c.add_eos;
+  RETURN_IF_ERROR(train::PrepareDataset(prepare, nullptr));
+  RETURN_IF_ERROR(CheckDataset(c, dir, checksum, what));
   return dir;
 }
 

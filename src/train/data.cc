@@ -1,4 +1,5 @@
-// Token files, dataset preparation and the sharded iterator: see data.h.
+// Token files (both versions, every width), staged files and the sharded
+// iterator: see data.h.
 //
 // Write protocol (as LevelDB's SetCurrentFile): the bytes go to
 // "<path>.tmp.<pid>", which is fsynced, renamed over <path>, and the
@@ -13,13 +14,10 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <system_error>
+
+#include "train/little_endian.h"
 
 namespace multislice::train {
-
-const char* kDefaultCorpus = "/usr/share/games/fortunes";
 
 namespace fs = std::filesystem;
 
@@ -40,39 +38,27 @@ uint64_t SplitMix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+uint32_t TokenWidthFor(uint32_t vocab_size) {
+  if (vocab_size <= 256) return 1;
+  if (vocab_size <= 65536) return 2;
+  return 4;
+}
+
 namespace {
 
 std::string ErrnoText() { return std::strerror(errno); }
 
-void PutU32(uint8_t* out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void PutU64(uint8_t* out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint32_t GetU32(const uint8_t* in) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(in[i]) << (8 * i);
-  return v;
-}
-uint64_t GetU64(const uint8_t* in) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(in[i]) << (8 * i);
-  return v;
-}
-
-Status WriteAll(int fd, const uint8_t* data, size_t size,
-                const std::string& path) {
-  while (size > 0) {
-    ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Internal(path + ": write failed: " + ErrnoText());
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
+// Token `i` of a payload of `width`-byte little-endian tokens.
+uint32_t GetToken(const uint8_t* payload, uint32_t width, size_t i) {
+  const uint8_t* p = payload + i * width;
+  switch (width) {
+    case 1:
+      return p[0];
+    case 2:
+      return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8;
+    default:
+      return GetLittleEndian32(p);
   }
-  return OkStatus();
 }
 
 // Reads exactly `size` bytes at `offset`; false on a short read or error.
@@ -86,46 +72,6 @@ bool PreadAll(int fd, uint8_t* data, size_t size, off_t offset) {
     offset += n;
   }
   return true;
-}
-
-// Writes header then body to `path` atomically (see the file comment).
-Status WriteFileAtomically(const std::string& path, const uint8_t* header,
-                           size_t header_size, const uint8_t* body,
-                           size_t body_size) {
-  const std::string temp_path =
-      path + ".tmp." + std::to_string(static_cast<long>(::getpid()));
-  int fd =
-      ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return Internal(temp_path + ": cannot create: " + ErrnoText());
-  }
-  Status s = WriteAll(fd, header, header_size, temp_path);
-  if (s.ok()) s = WriteAll(fd, body, body_size, temp_path);
-  if (s.ok() && ::fsync(fd) != 0) {
-    s = Internal(temp_path + ": fsync failed: " + ErrnoText());
-  }
-  if (::close(fd) != 0 && s.ok()) {
-    s = Internal(temp_path + ": close failed: " + ErrnoText());
-  }
-  if (s.ok() && ::rename(temp_path.c_str(), path.c_str()) != 0) {
-    s = Internal(path + ": rename from " + temp_path +
-                 " failed: " + ErrnoText());
-  }
-  if (!s.ok()) {
-    ::unlink(temp_path.c_str());
-    return s;
-  }
-  std::string dir = fs::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) return Internal(dir + ": cannot open: " + ErrnoText());
-  // The error text before close(), which may change errno.
-  const std::string fsync_error = ::fsync(dir_fd) != 0 ? ErrnoText() : "";
-  ::close(dir_fd);
-  if (!fsync_error.empty()) {
-    return Internal(dir + ": fsync failed: " + fsync_error);
-  }
-  return OkStatus();
 }
 
 // Owns a file descriptor opened for reading.
@@ -143,6 +89,28 @@ class ReadFd {
  private:
   int fd_;
 };
+
+// The width and vocabulary rules of each version (see data.h).
+Status CheckWidthAndVocab(const TokenFileHeader& h, const std::string& path) {
+  const bool v1 = h.format_version == kTokenFileFormatVersionBytes;
+  const uint32_t w = h.token_width_bytes;
+  if (v1 ? w != 1 : (w != 1 && w != 2 && w != 4)) {
+    return InvalidArgument(path + ": token width " + std::to_string(w) +
+                           " bytes is not supported by format version " +
+                           std::to_string(h.format_version) + " (expected " +
+                           (v1 ? "1" : "1, 2 or 4") + ")");
+  }
+  const uint64_t limit = w == 1   ? 256
+                         : w == 2 ? 65536
+                                  : uint64_t{kMaxTokenVocabSize};
+  if (h.vocab_size == 0 || h.vocab_size > limit) {
+    return InvalidArgument(path + ": vocabulary size " +
+                           std::to_string(h.vocab_size) + " does not fit " +
+                           std::to_string(w) + "-byte tokens (expected 1 to " +
+                           std::to_string(limit) + ")");
+  }
+  return OkStatus();
+}
 
 Result<TokenFileHeader> ReadHeaderFromFd(int fd, const std::string& path) {
   struct stat st;
@@ -162,27 +130,21 @@ Result<TokenFileHeader> ReadHeaderFromFd(int fd, const std::string& path) {
                            ": not a token file (magic is not \"MSTOKENS\")");
   }
   TokenFileHeader header;
-  header.format_version = GetU32(raw + 8);
-  header.vocab_size = GetU32(raw + 12);
-  header.token_width_bytes = GetU32(raw + 16);
-  header.token_count = GetU64(raw + 24);
-  header.payload_checksum = GetU64(raw + 32);
-  if (header.format_version != kTokenFileFormatVersion) {
+  header.format_version = GetLittleEndian32(raw + 8);
+  header.vocab_size = GetLittleEndian32(raw + 12);
+  header.token_width_bytes = GetLittleEndian32(raw + 16);
+  header.token_count = GetLittleEndian64(raw + 24);
+  header.payload_checksum = GetLittleEndian64(raw + 32);
+  if (header.format_version != kTokenFileFormatVersion &&
+      header.format_version != kTokenFileFormatVersionBytes) {
     return InvalidArgument(path + ": token file format version " +
                            std::to_string(header.format_version) +
-                           " is not supported (this build reads version " +
-                           std::to_string(kTokenFileFormatVersion) + ")");
+                           " is not supported (this build reads versions " +
+                           std::to_string(kTokenFileFormatVersionBytes) +
+                           " and " + std::to_string(kTokenFileFormatVersion) +
+                           ")");
   }
-  if (header.token_width_bytes != 1) {
-    return InvalidArgument(path + ": token width " +
-                           std::to_string(header.token_width_bytes) +
-                           " bytes is not supported (expected 1)");
-  }
-  if (header.vocab_size == 0 || header.vocab_size > kByteVocabSize) {
-    return InvalidArgument(path + ": vocabulary size " +
-                           std::to_string(header.vocab_size) +
-                           " does not fit 1-byte tokens (expected 1 to 256)");
-  }
+  RETURN_IF_ERROR(CheckWidthAndVocab(header, path));
   const uint64_t payload = file_size - kTokenFileHeaderBytes;
   if (header.token_count > payload / header.token_width_bytes ||
       payload != header.token_count * header.token_width_bytes) {
@@ -190,25 +152,224 @@ Result<TokenFileHeader> ReadHeaderFromFd(int fd, const std::string& path) {
                            " bytes but the header declares " +
                            std::to_string(header.token_count) + " tokens of " +
                            std::to_string(header.token_width_bytes) +
-                           " byte(s) (file is corrupt or truncated)");
+                           " bytes (file is corrupt or truncated)");
   }
   return header;
 }
 
+// The first token of `count` at `payload` outside [0, vocab), as one
+// sentence; `first_index` is the first one's index in the file.
+Status CheckTokensInVocab(const uint8_t* payload, uint32_t width, size_t count,
+                          uint32_t vocab, int64_t first_index,
+                          const std::string& path) {
+  for (size_t i = 0; i < count; ++i) {
+    const uint32_t t = GetToken(payload, width, i);
+    if (t >= vocab) {
+      return InvalidArgument(
+          path + ": token " + std::to_string(t) + " at index " +
+          std::to_string(first_index + static_cast<int64_t>(i)) +
+          " is outside the vocabulary of " + std::to_string(vocab));
+    }
+  }
+  return OkStatus();
+}
+
 }  // namespace
+
+// ---------------------------------------------------------------------------
+// StagedFile
+
+Result<StagedFile> StagedFile::Create(const std::string& path) {
+  StagedFile file;
+  file.path_ = path;
+  file.temp_path_ =
+      path + ".tmp." + std::to_string(static_cast<long>(::getpid()));
+  file.fd_ = ::open(file.temp_path_.c_str(),
+                    O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (file.fd_ < 0) {
+    return Internal(file.temp_path_ + ": cannot create: " + ErrnoText());
+  }
+  return file;
+}
+
+StagedFile::StagedFile(StagedFile&& other) noexcept {
+  *this = std::move(other);
+}
+
+StagedFile& StagedFile::operator=(StagedFile&& other) noexcept {
+  if (this != &other) {
+    Discard();
+    path_ = std::move(other.path_);
+    temp_path_ = std::move(other.temp_path_);
+    fd_ = other.fd_;
+    committed_ = other.committed_;
+    other.fd_ = -1;
+    other.temp_path_.clear();
+  }
+  return *this;
+}
+
+StagedFile::~StagedFile() { Discard(); }
+
+void StagedFile::Discard() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (!committed_ && !temp_path_.empty()) ::unlink(temp_path_.c_str());
+  temp_path_.clear();
+}
+
+Status StagedFile::Write(const void* data, size_t size) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd_, p, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Internal(temp_path_ + ": write failed: " + ErrnoText());
+    }
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return OkStatus();
+}
+
+Status StagedFile::WriteAt(uint64_t offset, const void* data, size_t size) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (size > 0) {
+    ssize_t n = ::pwrite(fd_, p, size, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Internal(temp_path_ + ": write failed: " + ErrnoText());
+    }
+    p += n;
+    offset += static_cast<uint64_t>(n);
+    size -= static_cast<size_t>(n);
+  }
+  return OkStatus();
+}
+
+Status StagedFile::Close() {
+  if (fd_ < 0) return OkStatus();
+  Status s;
+  if (::fsync(fd_) != 0) {
+    s = Internal(temp_path_ + ": fsync failed: " + ErrnoText());
+  }
+  if (::close(fd_) != 0 && s.ok()) {
+    s = Internal(temp_path_ + ": close failed: " + ErrnoText());
+  }
+  fd_ = -1;
+  return s;
+}
+
+Status StagedFile::Commit() {
+  RETURN_IF_ERROR(Close());
+  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+    return Internal(path_ + ": rename from " + temp_path_ +
+                    " failed: " + ErrnoText());
+  }
+  committed_ = true;
+  return OkStatus();
+}
+
+Status SyncDirectory(const std::string& dir_path) {
+  const std::string dir = dir_path.empty() ? "." : dir_path;
+  int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return Internal(dir + ": cannot open: " + ErrnoText());
+  // The error text before close(), which may change errno.
+  const std::string fsync_error = ::fsync(dir_fd) != 0 ? ErrnoText() : "";
+  ::close(dir_fd);
+  if (!fsync_error.empty()) {
+    return Internal(dir + ": fsync failed: " + fsync_error);
+  }
+  return OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// TokenFileWriter
+
+namespace {
+constexpr size_t kWriterBufferBytes = 1 << 20;
+}  // namespace
+
+TokenFileWriter::TokenFileWriter(StagedFile file, uint32_t vocab_size)
+    : file_(std::move(file)),
+      vocab_size_(vocab_size),
+      width_(TokenWidthFor(vocab_size)) {}
+
+Result<TokenFileWriter> TokenFileWriter::Create(const std::string& path,
+                                                uint32_t vocab_size) {
+  if (vocab_size < 1 || vocab_size > kMaxTokenVocabSize) {
+    return InvalidArgument(path + ": vocabulary size " +
+                           std::to_string(vocab_size) +
+                           " is not in [1, 2^31 - 1]");
+  }
+  ASSIGN_OR_RETURN(StagedFile file, StagedFile::Create(path));
+  TokenFileWriter writer(std::move(file), vocab_size);
+  // The header is written last (Finish), once the count and checksum are
+  // known; its bytes are reserved here.
+  const uint8_t zeros[kTokenFileHeaderBytes] = {};
+  RETURN_IF_ERROR(writer.file_.Write(zeros, sizeof(zeros)));
+  return writer;
+}
+
+Status TokenFileWriter::Append(const int32_t* tokens, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    const int32_t t = tokens[i];
+    if (t < 0 || static_cast<uint32_t>(t) >= vocab_size_) {
+      return InvalidArgument(file_.path() + ": token " + std::to_string(t) +
+                             " is outside the vocabulary of " +
+                             std::to_string(vocab_size_));
+    }
+    const auto v = static_cast<uint32_t>(t);
+    for (uint32_t b = 0; b < width_; ++b) {
+      buffer_.push_back(static_cast<uint8_t>(v >> (8 * b)));
+    }
+  }
+  count_ += count;
+  return buffer_.size() >= kWriterBufferBytes ? Flush() : OkStatus();
+}
+
+Status TokenFileWriter::Flush() {
+  checksum_ = Fnv1a64(buffer_.data(), buffer_.size(), checksum_);
+  RETURN_IF_ERROR(file_.Write(buffer_.data(), buffer_.size()));
+  buffer_.clear();
+  return OkStatus();
+}
+
+Status TokenFileWriter::Finish() {
+  if (finished_) return OkStatus();
+  RETURN_IF_ERROR(Flush());
+  uint8_t raw[kTokenFileHeaderBytes] = {};
+  std::memcpy(raw, kTokenFileMagic, 8);
+  PutLittleEndian32(raw + 8, kTokenFileFormatVersion);
+  PutLittleEndian32(raw + 12, vocab_size_);
+  PutLittleEndian32(raw + 16, width_);
+  PutLittleEndian32(raw + 20, 0);
+  PutLittleEndian64(raw + 24, count_);
+  PutLittleEndian64(raw + 32, checksum_);
+  RETURN_IF_ERROR(file_.WriteAt(0, raw, sizeof(raw)));
+  RETURN_IF_ERROR(file_.Close());
+  finished_ = true;
+  return OkStatus();
+}
+
+Status TokenFileWriter::Commit() {
+  RETURN_IF_ERROR(Finish());
+  return file_.Commit();
+}
+
+Status WriteTokenFile(const std::string& path,
+                      const std::vector<int32_t>& tokens, uint32_t vocab_size) {
+  ASSIGN_OR_RETURN(TokenFileWriter writer,
+                   TokenFileWriter::Create(path, vocab_size));
+  RETURN_IF_ERROR(writer.Append(tokens.data(), tokens.size()));
+  RETURN_IF_ERROR(writer.Commit());
+  return SyncDirectory(fs::path(path).parent_path().string());
+}
 
 Status WriteTokenFile(const std::string& path,
                       const std::vector<uint8_t>& tokens) {
-  uint8_t raw[kTokenFileHeaderBytes] = {};
-  std::memcpy(raw, kTokenFileMagic, 8);
-  PutU32(raw + 8, kTokenFileFormatVersion);
-  PutU32(raw + 12, kByteVocabSize);
-  PutU32(raw + 16, 1);
-  PutU32(raw + 20, 0);
-  PutU64(raw + 24, tokens.size());
-  PutU64(raw + 32, Fnv1a64(tokens.data(), tokens.size()));
-  return WriteFileAtomically(path, raw, sizeof(raw), tokens.data(),
-                             tokens.size());
+  return WriteTokenFile(
+      path, std::vector<int32_t>(tokens.begin(), tokens.end()), kByteVocabSize);
 }
 
 Result<TokenFileHeader> ReadTokenFileHeader(const std::string& path) {
@@ -217,260 +378,33 @@ Result<TokenFileHeader> ReadTokenFileHeader(const std::string& path) {
   return ReadHeaderFromFd(fd.get(), path);
 }
 
-Result<std::vector<uint8_t>> ReadTokenFile(const std::string& path) {
+Result<std::vector<int32_t>> ReadTokenFile(const std::string& path) {
   ReadFd fd(path);
   if (fd.get() < 0) return NotFound(path + ": cannot open: " + ErrnoText());
   ASSIGN_OR_RETURN(TokenFileHeader header, ReadHeaderFromFd(fd.get(), path));
-  std::vector<uint8_t> tokens(header.token_count);
-  if (!PreadAll(fd.get(), tokens.data(), tokens.size(),
+  std::vector<uint8_t> payload(header.token_count * header.token_width_bytes);
+  if (!PreadAll(fd.get(), payload.data(), payload.size(),
                 kTokenFileHeaderBytes)) {
     return InvalidArgument(path +
                            ": payload cannot be read (file is truncated)");
   }
-  if (Fnv1a64(tokens.data(), tokens.size()) != header.payload_checksum) {
+  if (Fnv1a64(payload.data(), payload.size()) != header.payload_checksum) {
     return InvalidArgument(
         path + ": checksum mismatch (file is corrupt or truncated)");
   }
-  for (uint8_t t : tokens) {
-    if (t >= header.vocab_size) {
-      return InvalidArgument(path + ": token " + std::to_string(t) +
-                             " is outside the vocabulary of " +
-                             std::to_string(header.vocab_size));
-    }
+  RETURN_IF_ERROR(CheckTokensInVocab(payload.data(), header.token_width_bytes,
+                                     header.token_count, header.vocab_size, 0,
+                                     path));
+  std::vector<int32_t> tokens(header.token_count);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>(
+        GetToken(payload.data(), header.token_width_bytes, i));
   }
   return tokens;
 }
 
 Status VerifyTokenFile(const std::string& path) {
   return ReadTokenFile(path).status();
-}
-
-// ---------------------------------------------------------------------------
-// PrepareDataset
-
-namespace {
-
-// True if `text` has no NUL bytes and is well-formed UTF-8.
-bool IsText(const std::string& text) {
-  const auto* p = reinterpret_cast<const uint8_t*>(text.data());
-  const size_t n = text.size();
-  size_t i = 0;
-  while (i < n) {
-    uint8_t c = p[i];
-    if (c == 0) return false;
-    int extra;
-    if (c < 0x80) {
-      extra = 0;
-    } else if ((c & 0xe0) == 0xc0 && c >= 0xc2) {
-      extra = 1;
-    } else if ((c & 0xf0) == 0xe0) {
-      extra = 2;
-    } else if ((c & 0xf8) == 0xf0 && c <= 0xf4) {
-      extra = 3;
-    } else {
-      return false;
-    }
-    if (i + extra >= n) return false;  // a sequence cut off at the end
-    for (int k = 1; k <= extra; ++k) {
-      if ((p[i + k] & 0xc0) != 0x80) return false;
-    }
-    i += 1 + extra;
-  }
-  return true;
-}
-
-Result<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Internal(path + ": cannot open: " + ErrnoText());
-  std::ostringstream out;
-  out << in.rdbuf();
-  if (in.bad()) return Internal(path + ": read failed");
-  return out.str();
-}
-
-// Splits at lines that hold only "%" and drops blank documents. Each
-// document keeps its lines' newlines; a missing final newline is added.
-std::vector<std::string> SplitDocuments(const std::string& text) {
-  std::vector<std::string> documents;
-  std::string current;
-  auto flush = [&] {
-    bool blank = std::all_of(current.begin(), current.end(), [](char c) {
-      return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-    });
-    if (!blank) {
-      if (current.back() != '\n') current.push_back('\n');
-      documents.push_back(std::move(current));
-    }
-    current.clear();
-  };
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    size_t line_end = end == std::string::npos ? text.size() : end;
-    std::string_view line(text.data() + pos, line_end - pos);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line == "%") {
-      flush();
-    } else {
-      current.append(text, pos,
-                     (end == std::string::npos ? text.size() : end + 1) - pos);
-    }
-    if (end == std::string::npos) break;
-    pos = end + 1;
-  }
-  flush();
-  return documents;
-}
-
-// The files a directory input contributes (see PrepareDataset), sorted.
-Status ListDirectory(const fs::path& dir, std::vector<fs::path>* files) {
-  std::error_code ec;
-  std::vector<fs::path> found;
-  fs::recursive_directory_iterator it(dir, ec), end;
-  if (ec) {
-    return Internal(dir.string() + ": cannot list: " + ec.message());
-  }
-  for (; it != end; it.increment(ec)) {
-    if (ec) return Internal(dir.string() + ": cannot list: " + ec.message());
-    const fs::directory_entry& entry = *it;
-    if (entry.is_symlink(ec)) {
-      if (entry.is_directory(ec)) it.disable_recursion_pending();
-      continue;
-    }
-    if (entry.is_directory(ec)) {
-      if (entry.path().filename() == "off") it.disable_recursion_pending();
-      continue;
-    }
-    if (!entry.is_regular_file(ec)) continue;
-    if (entry.path().extension() == ".dat") continue;
-    found.push_back(entry.path());
-  }
-  std::sort(found.begin(), found.end());
-  files->insert(files->end(), found.begin(), found.end());
-  return OkStatus();
-}
-
-bool IsValidation(uint64_t seed, int64_t document_index, double fraction) {
-  uint64_t h =
-      SplitMix64(seed ^ SplitMix64(static_cast<uint64_t>(document_index)));
-  // The top 53 bits as a double in [0, 1).
-  double u = static_cast<double>(h >> 11) * 0x1.0p-53;
-  return u < fraction;
-}
-
-}  // namespace
-
-Status PrepareDataset(const std::vector<std::string>& inputs,
-                      const std::string& output_dir, double validation_fraction,
-                      uint64_t seed, PrepareStats* stats) {
-  if (!(validation_fraction >= 0.0 && validation_fraction < 1.0)) {
-    return InvalidArgument(
-        "--validation_fraction: " + std::to_string(validation_fraction) +
-        " is not in [0, 1)");
-  }
-  if (inputs.empty()) {
-    return InvalidArgument(
-        "--input: no inputs given (expected text files or "
-        "directories)");
-  }
-  // Each entry: path, and whether it was named directly (not text = error).
-  std::vector<std::pair<fs::path, bool>> files;
-  for (const std::string& input : inputs) {
-    std::error_code ec;
-    fs::file_status status = fs::status(input, ec);
-    if (ec || !fs::exists(status)) {
-      return InvalidArgument("--input: '" + input + "' does not exist");
-    }
-    if (fs::is_directory(status)) {
-      std::vector<fs::path> listed;
-      RETURN_IF_ERROR(ListDirectory(input, &listed));
-      for (fs::path& p : listed) files.emplace_back(std::move(p), false);
-    } else {
-      files.emplace_back(input, true);
-    }
-  }
-
-  PrepareStats local;
-  std::vector<uint8_t> train_tokens, val_tokens;
-  nlohmann::json sources = nlohmann::json::array();
-  int64_t document_index = 0;
-  for (const auto& [path, named] : files) {
-    ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path.string()));
-    if (!IsText(text)) {
-      if (named) {
-        return InvalidArgument("--input: '" + path.string() +
-                               "' is not a text file (it holds NUL bytes or "
-                               "invalid UTF-8)");
-      }
-      ++local.skipped_files;
-      continue;
-    }
-    ++local.files;
-    std::vector<std::string> documents = SplitDocuments(text);
-    int64_t file_tokens = 0;
-    for (const std::string& document : documents) {
-      const bool val =
-          IsValidation(seed, document_index++, validation_fraction);
-      std::vector<uint8_t>& out = val ? val_tokens : train_tokens;
-      out.insert(out.end(), document.begin(), document.end());
-      out.push_back('%');
-      out.push_back('\n');
-      file_tokens += static_cast<int64_t>(document.size()) + 2;
-      ++(val ? local.val_documents : local.train_documents);
-    }
-    local.documents += static_cast<int64_t>(documents.size());
-    sources.push_back({{"path", path.string()},
-                       {"documents", documents.size()},
-                       {"tokens", file_tokens}});
-  }
-  if (local.train_documents == 0) {
-    return InvalidArgument(
-        "--input: no training documents found in the inputs (expected "
-        "non-empty UTF-8 text files)");
-  }
-  local.train_tokens = static_cast<int64_t>(train_tokens.size());
-  local.val_tokens = static_cast<int64_t>(val_tokens.size());
-
-  std::error_code ec;
-  fs::create_directories(output_dir, ec);
-  if (ec) {
-    return Internal(output_dir + ": cannot create directory: " + ec.message());
-  }
-  const fs::path dir(output_dir);
-  RETURN_IF_ERROR(WriteTokenFile((dir / "train.bin").string(), train_tokens));
-  RETURN_IF_ERROR(WriteTokenFile((dir / "val.bin").string(), val_tokens));
-
-  nlohmann::json meta = {
-      {"format_version", kDatasetFormatVersion},
-      {"tokenizer", "bytes"},
-      {"vocab_size", kByteVocabSize},
-      {"token_file_format_version", kTokenFileFormatVersion},
-      {"seed", seed},
-      {"validation_fraction", validation_fraction},
-      {"split_rule",
-       "documents are split at lines holding only '%'; document i (from 0, "
-       "in input order) is validation when splitmix64(seed ^ splitmix64(i)) "
-       ">> 11 < validation_fraction * 2^53; each document is stored as its "
-       "text followed by \"%\\n\""},
-      {"files", local.files},
-      {"skipped_files", local.skipped_files},
-      {"documents", local.documents},
-      {"train",
-       {{"file", "train.bin"},
-        {"documents", local.train_documents},
-        {"tokens", local.train_tokens}}},
-      {"val",
-       {{"file", "val.bin"},
-        {"documents", local.val_documents},
-        {"tokens", local.val_tokens}}},
-      {"sources", sources},
-  };
-  const std::string meta_text = meta.dump(2) + "\n";
-  RETURN_IF_ERROR(WriteFileAtomically(
-      (dir / "dataset.json").string(), nullptr, 0,
-      reinterpret_cast<const uint8_t*>(meta_text.data()), meta_text.size()));
-  if (stats != nullptr) *stats = local;
-  return OkStatus();
 }
 
 // ---------------------------------------------------------------------------
@@ -551,13 +485,26 @@ Result<DataIterator> DataIterator::Create(const DataIteratorOptions& options) {
   iterator.options_ = options;
   iterator.total_tokens_ = total;
   iterator.shard_begin_ = begin;
-  iterator.shard_.resize(static_cast<size_t>(end - begin));
+  iterator.shard_tokens_ = end - begin;
+  iterator.width_ = header.token_width_bytes;
+  iterator.vocab_size_ = header.vocab_size;
+  iterator.shard_.resize(static_cast<size_t>(end - begin) * iterator.width_);
   if (!PreadAll(fd.get(), iterator.shard_.data(), iterator.shard_.size(),
                 kTokenFileHeaderBytes + begin * header.token_width_bytes)) {
     return InvalidArgument(options.token_file +
                            ": shard cannot be read (file is truncated)");
   }
+  // The model's embedding holds vocab_size rows: a token beyond it would
+  // read past them, so the shard is checked once here.
+  RETURN_IF_ERROR(CheckTokensInVocab(
+      iterator.shard_.data(), iterator.width_, static_cast<size_t>(end - begin),
+      header.vocab_size, begin, options.token_file));
   return iterator;
+}
+
+int32_t DataIterator::TokenAt(int64_t index) const {
+  return static_cast<int32_t>(GetToken(
+      shard_.data(), width_, static_cast<size_t>(index - shard_begin_)));
 }
 
 Batch DataIterator::At(int64_t step) const {
@@ -588,14 +535,13 @@ Batch DataIterator::At(int64_t step) const {
         (static_cast<unsigned __int128>(h) * valid_starts) >> 64);
     const int64_t start = row_begin + offset;
     batch.starts[static_cast<size_t>(row)] = start;
-    const uint8_t* window = shard_.data() + (start - shard_begin_);
     int32_t* inputs =
         batch.inputs.data() + static_cast<size_t>(row) * options_.seq_len;
     int32_t* targets =
         batch.targets.data() + static_cast<size_t>(row) * options_.seq_len;
     for (int t = 0; t < options_.seq_len; ++t) {
-      inputs[t] = window[t];
-      targets[t] = window[t + 1];
+      inputs[t] = TokenAt(start + t);
+      targets[t] = TokenAt(start + t + 1);
     }
   }
   return batch;

@@ -1,18 +1,24 @@
-// Training data: the token file format, `multislice data prepare`, and the
-// deterministic sharded iterator that feeds `multislice train`.
+// Training data: the token file format and the deterministic sharded
+// iterator that feeds `multislice train`. (Preparing a dataset from a corpus
+// is train/dataset.h; the tokenizers are train/tokenizer.h.)
 //
 // Token file (little-endian, versioned; `kTokenFileHeaderBytes` of header,
 // then the payload):
 //   offset  0  char[8]  magic "MSTOKENS"
-//   offset  8  u32      format version (kTokenFileFormatVersion = 1)
-//   offset 12  u32      vocabulary size (256 for byte-level tokens)
-//   offset 16  u32      token width in bytes (1; 2 is reserved for BPE)
+//   offset  8  u32      format version (1 or 2; this build writes 2)
+//   offset 12  u32      vocabulary size V: every token is in [0, V)
+//   offset 16  u32      token width in bytes W: 1, 2 or 4
 //   offset 20  u32      reserved, 0
 //   offset 24  u64      token count
 //   offset 32  u64      FNV-1a 64 checksum of the payload bytes
-//   offset 40  payload: token count * token width bytes
-// Files are written atomically (temp file, fsync, rename, fsync of the
-// directory), so a reader sees either the old file or the whole new one.
+//   offset 40  payload: token count * W bytes, each token an unsigned
+//              little-endian integer of W bytes
+// Version 1 (the byte-level files written before SentencePiece) allows only
+// W = 1 and V <= 256; version 2 allows W = 1 (V <= 256), 2 (V <= 65536) and
+// 4 (V < 2^31, so that a token fits the model's int32 ids). The writer picks
+// the narrowest width for the vocabulary (TokenWidthFor). Files are written
+// atomically (temp file, fsync, rename, fsync of the directory), so a reader
+// sees either the old file or the whole new one.
 //
 // The iterator (see DataIterator) splits the payload into one contiguous
 // shard per row of the global batch; a host reads only the shards of its own
@@ -20,14 +26,15 @@
 // s, g). Any step can be produced without replaying earlier ones, the batches
 // do not depend on how the rows are spread over hosts (a checkpoint restored
 // on another mesh sees the same data), and the state (IteratorState) is a few
-// numbers that go into every checkpoint.
+// numbers that go into every checkpoint. None of it depends on the width.
 //
 // Thread-safety: free functions are safe to call concurrently on different
-// files; a DataIterator is not thread-safe (one per host's input thread).
+// files; a DataIterator or TokenFileWriter is not thread-safe.
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,15 +42,12 @@
 
 namespace multislice::train {
 
-// The default corpus: Debian's `fortunes` package.
-extern const char* kDefaultCorpus;  // "/usr/share/games/fortunes"
-
-inline constexpr char kTokenFileMagic[] = "MSTOKENS";  // 8 bytes on disk
-inline constexpr uint32_t kTokenFileFormatVersion = 1;
+inline constexpr char kTokenFileMagic[] = "MSTOKENS";        // 8 bytes on disk
+inline constexpr uint32_t kTokenFileFormatVersion = 2;       // what is written
+inline constexpr uint32_t kTokenFileFormatVersionBytes = 1;  // still read
 inline constexpr int kTokenFileHeaderBytes = 40;
 inline constexpr uint32_t kByteVocabSize = 256;
-// Version of dataset.json written by PrepareDataset.
-inline constexpr int kDatasetFormatVersion = 1;
+inline constexpr uint32_t kMaxTokenVocabSize = 0x7fffffffu;  // int32 ids
 // Version of the serialised IteratorState.
 inline constexpr int kIteratorStateFormatVersion = 2;
 
@@ -57,6 +61,10 @@ uint64_t Fnv1a64(const void* data, size_t size,
 // the iterator's window starts.
 uint64_t SplitMix64(uint64_t x);
 
+// The token width the writer uses for a vocabulary of `vocab_size`
+// (1 to kMaxTokenVocabSize): 1 up to 256, 2 up to 65536, else 4.
+uint32_t TokenWidthFor(uint32_t vocab_size);
+
 struct TokenFileHeader {
   uint32_t format_version = kTokenFileFormatVersion;
   uint32_t vocab_size = kByteVocabSize;
@@ -65,8 +73,73 @@ struct TokenFileHeader {
   uint64_t payload_checksum = 0;
 };
 
-// Writes byte-level tokens (width 1, vocabulary 256) to `path` atomically.
-// Internal on an I/O failure, with the path and errno text.
+// A file written under "<path>.tmp.<pid>" and renamed over `path` by
+// Commit, so `path` is the old file or the whole new one; the temporary
+// file is removed if the object goes away uncommitted. Errors are Internal,
+// naming the file and strerror(errno).
+class StagedFile {
+ public:
+  static Result<StagedFile> Create(const std::string& path);
+  StagedFile(StagedFile&& other) noexcept;
+  StagedFile& operator=(StagedFile&& other) noexcept;
+  ~StagedFile();
+
+  Status Write(const void* data, size_t size);
+  Status WriteAt(uint64_t offset, const void* data, size_t size);
+  // fsync and close; Commit calls it if it was not called.
+  Status Close();
+  // Renames the temporary file over the path. The rename becomes durable
+  // with SyncDirectory of the path's directory (once for several files).
+  Status Commit();
+
+  const std::string& path() const { return path_; }
+
+ private:
+  StagedFile() = default;
+  void Discard();  // closes and removes an uncommitted temporary file
+  std::string path_, temp_path_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// fsyncs a directory, making the renames in it durable.
+Status SyncDirectory(const std::string& dir);
+
+// Streams tokens into a token file: Append as often as needed, then Commit.
+// Nothing is visible at `path` before Commit.
+class TokenFileWriter {
+ public:
+  // InvalidArgument for a vocabulary outside [1, kMaxTokenVocabSize].
+  static Result<TokenFileWriter> Create(const std::string& path,
+                                        uint32_t vocab_size);
+  // InvalidArgument naming a token outside [0, vocab_size).
+  Status Append(const int32_t* tokens, size_t count);
+  // Writes the header, fsyncs and renames over the path (see StagedFile).
+  Status Commit();
+  // Flushes, writes the header and fsyncs without the rename (Commit then
+  // only renames): to prepare several files before committing any.
+  Status Finish();
+
+  uint64_t token_count() const { return count_; }
+
+ private:
+  TokenFileWriter(StagedFile file, uint32_t vocab_size);
+  Status Flush();
+
+  StagedFile file_;
+  uint32_t vocab_size_ = 0;
+  uint32_t width_ = 1;
+  uint64_t count_ = 0;
+  uint64_t checksum_ = kFnv1a64Offset;
+  std::vector<uint8_t> buffer_;
+  bool finished_ = false;
+};
+
+// Writes `tokens` (each in [0, vocab_size)) to `path` atomically, in the
+// width TokenWidthFor(vocab_size).
+Status WriteTokenFile(const std::string& path,
+                      const std::vector<int32_t>& tokens, uint32_t vocab_size);
+// Byte-level tokens (vocabulary 256, width 1).
 Status WriteTokenFile(const std::string& path,
                       const std::vector<uint8_t>& tokens);
 
@@ -77,45 +150,12 @@ Status WriteTokenFile(const std::string& path,
 // the fault otherwise.
 Result<TokenFileHeader> ReadTokenFileHeader(const std::string& path);
 
-// Reads the whole file, checking the header and the payload checksum.
-Result<std::vector<uint8_t>> ReadTokenFile(const std::string& path);
+// Reads the whole file, checking the header, the payload checksum and that
+// every token is inside the vocabulary.
+Result<std::vector<int32_t>> ReadTokenFile(const std::string& path);
 
 // ReadTokenFile without keeping the tokens.
 Status VerifyTokenFile(const std::string& path);
-
-// ---------------------------------------------------------------------------
-// `multislice data prepare`
-
-struct PrepareStats {
-  int files = 0;          // text files read
-  int skipped_files = 0;  // files in input directories that were not text
-  int64_t documents = 0;  // non-empty documents found
-  int64_t train_documents = 0;
-  int64_t val_documents = 0;
-  int64_t train_tokens = 0;
-  int64_t val_tokens = 0;
-};
-
-// Turns text into byte-level token files under `output_dir` (created if
-// missing): train.bin, val.bin and dataset.json.
-//
-// Each input is a text file or a directory; a directory contributes its
-// regular text files (recursively, sorted by path), skipping `*.dat` index
-// files, symbolic links (Debian's `*.u8` links duplicate their targets), the
-// `off/` subdirectory (offensive fortunes) and files that contain NUL bytes
-// or invalid UTF-8. Every file is split into documents at lines holding
-// only `%` (the fortune format; a file without such lines is one document);
-// blank documents are dropped. A document goes to validation when
-//   SplitMix64(seed ^ SplitMix64(index)) / 2^64 < validation_fraction
-// where index counts documents from 0 in input order; each document is
-// written as its text (ending in a newline) followed by "%\n".
-//
-// InvalidArgument for a missing input, a named file that is not text,
-// validation_fraction outside [0, 1), or no training documents; Internal for
-// I/O failures. `stats` may be null.
-Status PrepareDataset(const std::vector<std::string>& inputs,
-                      const std::string& output_dir, double validation_fraction,
-                      uint64_t seed, PrepareStats* stats);
 
 // ---------------------------------------------------------------------------
 // The iterator
@@ -166,8 +206,9 @@ struct Batch {
 class DataIterator {
  public:
   // InvalidArgument for bad options (rows outside [0, global_rows), seq_len
-  // below 1, a row shard shorter than seq_len + 1 tokens) or a bad token file
-  // header; NotFound if the file is missing.
+  // below 1, a row shard shorter than seq_len + 1 tokens), a bad token file
+  // header or a token of the shard outside the header's vocabulary; NotFound
+  // if the file is missing.
   static Result<DataIterator> Create(const DataIteratorOptions& options);
 
   // The batch of state().step; then advances the step.
@@ -184,15 +225,21 @@ class DataIterator {
   // The token range this host read: [shard_begin, shard_begin +
   // shard_tokens).
   int64_t shard_begin() const { return shard_begin_; }
-  int64_t shard_tokens() const { return static_cast<int64_t>(shard_.size()); }
+  int64_t shard_tokens() const { return shard_tokens_; }
+  // The token file's vocabulary (every token is below it).
+  uint32_t vocab_size() const { return vocab_size_; }
 
  private:
   DataIterator() = default;
+  int32_t TokenAt(int64_t index) const;  // index into the whole file
 
   DataIteratorOptions options_;
   int64_t total_tokens_ = 0;
   int64_t shard_begin_ = 0;
-  std::vector<uint8_t> shard_;
+  int64_t shard_tokens_ = 0;
+  uint32_t width_ = 1;
+  uint32_t vocab_size_ = kByteVocabSize;
+  std::vector<uint8_t> shard_;  // the shard's payload bytes
   int64_t step_ = 0;
 };
 
