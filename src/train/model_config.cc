@@ -68,6 +68,7 @@ Result<model::DecoderConfig> DecoderConfigFrom(const TrainConfig& c) {
   m.mlp_dim = c.mlp_dim;
   RETURN_IF_ERROR(SetActivations(c.mlp_activations, m));
   m.tied_embedding = c.logits_via_embedding;
+  m.normalize_embedding_logits = c.normalize_embedding_logits;
   m.rope_max_timescale = c.rope_max_timescale;
   m.norm_epsilon = c.normalization_layer_epsilon;
   RETURN_IF_ERROR(model::ValidateConfig(m));
