@@ -23,7 +23,11 @@
 #include "cli/flags.h"
 #include "common/dtype.h"
 #include "common/status.h"
+#include "model/layout.h"
 #include "model/perf_model.h"
+#include "train/config.h"
+#include "train/maxtext_keys.h"
+#include "train/model_config.h"
 
 namespace multislice::cli {
 namespace {
@@ -106,6 +110,7 @@ struct PlanFlags {
   std::string accelerator_type;
   int num_slices = 1;
   std::optional<double> parameters;
+  std::string model_name;
   std::optional<double> tokens_per_slice;
   std::optional<double> global_batch_tokens;
   std::optional<double> peak_flops_per_chip;
@@ -126,12 +131,45 @@ struct PlanFlags {
   bool json = false;
 };
 
-Result<model::PerfModelOptions> ToOptions(const PlanFlags& flags) {
+// --model_name's parameters and width: the model file's decoder, counted as
+// train lays it out (the head and embeddings included).
+Status ApplyModelFile(const std::string& name, PlanFlags& flags) {
+  Result<std::string> path = FindModelFile(name, "");
+  if (!path.ok()) {
+    // FindModelFile names the key as train has it; plan's is a flag.
+    std::string message = path.status().message();
+    const std::string key = "key 'model_name' = ";
+    if (message.rfind(key, 0) == 0) message = message.substr(key.size());
+    return InvalidArgument("--model_name " + message);
+  }
+  ASSIGN_OR_RETURN(TrainConfig config, LoadTrainConfig(*path, {}));
+  Result<model::DecoderConfig> decoder = train::DecoderConfigFrom(config);
+  if (!decoder.ok()) {
+    return InvalidArgument("--model_name: " + *path + ": " +
+                           decoder.status().message());
+  }
+  if (flags.parameters) {
+    return InvalidArgument(
+        "--parameters and --model_name: give one (the model file " + *path +
+        " counts " + std::to_string(model::NumParameters(*decoder)) +
+        " parameters)");
+  }
+  flags.parameters = static_cast<double>(model::NumParameters(*decoder));
+  if (!flags.emb_dim) flags.emb_dim = decoder->emb_dim;
+  return OkStatus();
+}
+
+Result<model::PerfModelOptions> ToOptions(PlanFlags flags) {
   model::PerfModelOptions o;
   o.accelerator_type = flags.accelerator_type;
   o.num_slices = flags.num_slices;
+  if (!flags.model_name.empty()) {
+    RETURN_IF_ERROR(ApplyModelFile(flags.model_name, flags));
+  }
   if (!flags.parameters) {
-    return InvalidArgument("--parameters is required (e.g. 16e9 or 16B)");
+    return InvalidArgument(
+        "--parameters or --model_name is required (e.g. --parameters 16e9 "
+        "or --model_name llama2-7b)");
   }
   o.parameters = *flags.parameters;
   o.tokens_per_slice = flags.tokens_per_slice;
@@ -607,6 +645,8 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
       "--parameters 16e9 --tokens_per_slice 350000\n"
       "  multislice plan --accelerator_type v4-16 --num_slices 8 "
       "--parameters 16B --global_batch_tokens 5.6M --json\n"
+      "  multislice plan --accelerator_type v5litepod-16 --num_slices 2 "
+      "--model_name llama2-7b --tokens_per_slice 1M\n"
       "  multislice plan --accelerator_type cpu-2 --num_slices 2 "
       "--parameters 100M --tokens_per_slice 4k --peak_flops_per_chip 50e9 "
       "--dcn_gbps_per_host 10\n"
@@ -620,7 +660,13 @@ void AddPlanCommand(CLI::App& root, CommandTable& table) {
   AddIntFlag(app, "num_slices", &flags->num_slices,
              "Number of slices (1 to 256), all of the accelerator type.");
   AddCountFlag(app, "parameters", &flags->parameters,
-               "Required: model parameters P (e.g. 16e9, 16B).");
+               "Model parameters P (e.g. 16e9, 16B); this or --model_name "
+               "is required.");
+  AddStringFlag(app, "model_name", &flags->model_name,
+                "A MaxText model file (configs/models/NAME.yml, e.g. "
+                "llama2-7b, mistral-7b, gemma-2b, or a path): its parameters "
+                "as train lays them out, and its emb_dim unless --emb_dim is "
+                "given.");
   AddCountFlag(app, "tokens_per_slice", &flags->tokens_per_slice,
                "Tokens per slice per step B (global / num_slices); this or "
                "--global_batch_tokens is required.");

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cli/cli_test_util.h"
@@ -192,6 +193,35 @@ TEST(PlanCommandTest, JsonHasEveryInputAndOutput) {
   EXPECT_TRUE(out["recommendation"]["reason"].is_string());
 }
 
+// A MaxText model file gives the parameters (the published counts of Llama 2
+// 7B, Mistral 7B and Gemma 2B) and the width.
+TEST(PlanCommandTest, ModelFileGivesParametersAndWidth) {
+  for (const auto& [name, parameters, width] :
+       {std::tuple{"llama2-7b", 6738415616.0, 4096},
+        std::tuple{"mistral-7b", 7241732096.0, 4096},
+        std::tuple{"gemma-2b", 2506172416.0, 2048}}) {
+    CommandRun run =
+        RunPlan({"--accelerator_type", "v5litepod-16", "--num_slices", "2",
+                 "--model_name", name, "--tokens_per_slice", "1M", "--json"});
+    ASSERT_EQ(run.exit_code, 0) << name << ": " << run.err;
+    const nlohmann::json in = nlohmann::json::parse(run.out)["inputs"];
+    EXPECT_EQ(in["parameters"], parameters) << name;
+    EXPECT_EQ(in["emb_dim"], width) << name;
+  }
+  CommandRun missing = RunPlan({"--accelerator_type", "v4-16", "--model_name",
+                                "llama9-1b", "--tokens_per_slice", "1M"});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_TRUE(Contains(missing.err,
+                       "--model_name 'llama9-1b': there is no model file "
+                       "llama9-1b.yml in"))
+      << missing.err;
+  CommandRun both =
+      RunPlan({"--accelerator_type", "v4-16", "--model_name", "llama2-7b",
+               "--parameters", "7B", "--tokens_per_slice", "1M"});
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_TRUE(Contains(both.err, "give one")) << both.err;
+}
+
 TEST(PlanCommandTest, OneSliceJsonHasNullIntensity) {
   CommandRun run =
       RunPlan({"--accelerator_type", "v5litepod-16", "--parameters", "1e9",
@@ -270,7 +300,8 @@ TEST(PlanCommandTest, ErrorsAreOneLineAndExitTwo) {
        "multislice plan: --accelerator_type is required (e.g. v4-16, or "
        "cpu-4 with --peak_flops_per_chip and --dcn_gbps_per_host)\n"},
       {{"--accelerator_type", "v4-16", "--tokens_per_slice", "1k"},
-       "multislice plan: --parameters is required (e.g. 16e9 or 16B)\n"},
+       "multislice plan: --parameters or --model_name is required (e.g. "
+       "--parameters 16e9 or --model_name llama2-7b)\n"},
       {{"--accelerator_type", "cpu-2", "--num_slices", "2", "--parameters",
         "1e8", "--tokens_per_slice", "4k", "--dcn_gbps_per_host", "10"},
        "multislice plan: --peak_flops_per_chip is required for cpu-2 (a CPU "

@@ -740,6 +740,25 @@ TEST_F(TrainCommandTest, ConfigThatDoesNotFitInMemoryIsRefused) {
   EXPECT_FALSE(fs::exists(RunDir("big") + "/config.json"));
 }
 
+// MaxText's llama2-7b model file is refused here with an estimate of its
+// real size: its 6,738,415,616 f32 weights, gradient and two AdamW moments
+// alone are 16 bytes a parameter (100.4 GiB), on each of the 2 slices.
+TEST_F(TrainCommandTest, Llama2SevenBIsRefusedWithItsRealSize) {
+  Child c = Spawn(Args({"run_name=big", "model_name=llama2-7b"}), {},
+                  dir_.path(), "big");
+  EXPECT_EQ(WaitExit(c, 120), 2);
+  const std::string err = ReadFile(c.err);
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  const std::string what = "weights and optimizer ";
+  const size_t at = err.find(what);
+  ASSERT_NE(at, std::string::npos) << err;
+  const double gib = std::stod(err.substr(at + what.size()));
+  const double floor_gib = 16.0 * 6738415616.0 / (1 << 30);
+  EXPECT_GE(gib, floor_gib) << err;
+  EXPECT_LE(gib, 1.3 * floor_gib) << err;
+  EXPECT_NE(err.find("for its 2 local slices"), std::string::npos) << err;
+}
+
 // An allocation that fails during training (the check passed: the memory
 // limit is set far above what the host has, and the process may hold only
 // 8 GiB of data; the 32 GiB logits of 4096 x 32 tokens x a 65536-entry
