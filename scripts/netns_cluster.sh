@@ -120,7 +120,7 @@ one; see README.md, "A Slurm cluster in network namespaces"):
     -- bash -c 'sinfo; srun -N 4 --ntasks-per-node 1 hostname -I
     cd "$(mktemp -d)" && srun -N 4 --ntasks-per-node 1 multislice train \
         "$0" --num_slices 2 --accelerator_type v4-16 steps=20 \
-        per_device_batch_size=2' "$PWD/configs/quickstart.yml"
+        per_device_batch_size=2' "$PWD/configs/gpt2-fortunes.yml"
 EOF
 }
 

@@ -669,7 +669,7 @@ void AddJobCommand(CLI::App& root, CommandTable& table) {
       "Example:\n"
       "  multislice job --accelerator_type cpu-1 --num_slices 2 "
       "--output_dir /shared/jobs --run_name demo \\\n"
-      "    --command 'multislice train configs/quickstart.yml "
+      "    --command 'multislice train configs/gpt2-fortunes.yml "
       "base_output_directory=$MULTISLICE_OUTPUT_DIR "
       "run_name=$MULTISLICE_RUN_NAME'");
   auto f = std::make_shared<JobFlags>();
