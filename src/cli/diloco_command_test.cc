@@ -77,7 +77,8 @@ std::vector<int> FragmentOf(const model::DecoderConfig& model, int fragments) {
   std::vector<int> of(model::NumParameters(model), 0);
   for (const model::ParamTensor& p : model::ParameterLayout(model)) {
     int f = 0;  // wte, wpe
-    if (p.name.rfind("lnf", 0) == 0) f = fragments - 1;
+    // The final norm and an untied head: the last fragment.
+    if (p.name.rfind("lnf", 0) == 0 || p.name == "lm_head") f = fragments - 1;
     if (p.name[0] == 'h' &&
         std::isdigit(static_cast<unsigned char>(p.name[1]))) {
       f = std::stoi(p.name.substr(1)) * fragments / model.num_layers;
@@ -306,10 +307,11 @@ class DilocoCommandTest : public testing_util::TrainRunTest {
   // Trains `keys` for `steps` and checks the losses, every replica's
   // parameters and the outer parameters at the end against the loop.
   void ExpectReference(const std::string& name, const DilocoKeys& keys,
-                       int steps) {
-    const std::vector<std::string> common =
+                       int steps, const std::vector<std::string>& model = {}) {
+    const std::vector<std::string> common = With(
         With(keys.Overrides(), {"steps=" + std::to_string(steps),
-                                "checkpoint_period=" + std::to_string(steps)});
+                                "checkpoint_period=" + std::to_string(steps)}),
+        model);
     const nlohmann::json run =
         Train(With(With(Mesh(keys), common), {"run_name=" + name}), name);
     const Reference ref = RunReference(
@@ -333,6 +335,19 @@ TEST_F(DilocoCommandTest, DilocoMatchesTheAlgorithmWrittenOut) {
   ExpectReference("diloco", DilocoKeys{}, 6);
 }
 
+// The same with the Llama block (grouped key/value heads, SwiGLU, an untied
+// head, which belongs to the last fragment with the final norm) and with
+// the Gemma block (a normalised tied head).
+TEST_F(DilocoCommandTest, LlamaAndGemmaDilocoMatchTheAlgorithmWrittenOut) {
+  ExpectReference("diloco-llama", DilocoKeys{}, 6,
+                  {"decoder_block=llama2", "num_heads=4", "num_kv_heads=2",
+                   "head_dim=16", "logits_via_embedding=false"});
+  ExpectReference(
+      "diloco-gemma", DilocoKeys{}, 6,
+      {"decoder_block=gemma", "num_heads=4", "num_kv_heads=2", "head_dim=16",
+       "logits_via_embedding=true", "normalize_embedding_logits=true"});
+}
+
 // Streaming DiLoCo: 2 fragments (one layer each), period 4, each sync
 // landing one step after it starts and mixed half and half.
 DilocoKeys Streaming() {
@@ -344,9 +359,12 @@ DilocoKeys Streaming() {
   return keys;
 }
 
-// Streaming DiLoCo for 3 rounds.
+// Streaming DiLoCo for 3 rounds; and with the Llama block.
 TEST_F(DilocoCommandTest, StreamingDilocoMatchesTheAlgorithmWrittenOut) {
   ExpectReference("streaming", Streaming(), 12);
+  ExpectReference("streaming-llama", Streaming(), 12,
+                  {"decoder_block=llama2", "num_heads=4", "num_kv_heads=2",
+                   "head_dim=16", "logits_via_embedding=false"});
 }
 
 // A checkpoint at step 6, while fragment 0's sync (started at step 6) is in
