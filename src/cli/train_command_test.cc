@@ -260,11 +260,20 @@ const std::vector<TrainMesh> kBlockMeshes = {
       "cpu-1"}},
 };
 
+// The Llama run trains on the fortunes corpus tokenized by a SentencePiece
+// model of 8192 pieces trained on it (data prepare --train_tokenizer).
 TEST_F(TrainCommandTest, LlamaMeshesMatchOneDevice) {
+  const std::string sp = dir_.path() + "/fortunes-sp8k";
+  Child prep =
+      Spawn({"data", "prepare", "--train_tokenizer", "8192", "--output", sp},
+            {}, dir_.path(), "prepare-sp8k");
+  ASSERT_EQ(WaitExit(prep, 300), 0) << ReadFile(prep.err);
   ExpectMeshesMatchOneDevice(
-      kBlockMeshes, {"decoder_block=llama2", "num_heads=4", "num_kv_heads=2",
-                     "head_dim=16", "mlp_activations=[silu,linear]",
-                     "logits_via_embedding=false", "vocab_size=8192"});
+      kBlockMeshes,
+      {"decoder_block=llama2", "num_heads=4", "num_kv_heads=2", "head_dim=16",
+       "mlp_activations=[silu,linear]", "logits_via_embedding=false",
+       "vocab_size=8192", "dataset_path=" + sp,
+       "tokenizer_path=" + sp + "/tokenizer.model"});
 }
 
 TEST_F(TrainCommandTest, GemmaMeshesMatchOneDevice) {
