@@ -169,6 +169,15 @@ Status CheckDataset(const TrainConfig& c, const std::string& dir,
   return OkStatus();
 }
 
+// The summary's validation loss, or that there was none (eval_interval <= 0,
+// MaxText's -1, or a run shorter than it).
+std::string ValLossText(const train::TrainSummary& summary) {
+  if (summary.final_val_loss < 0) return "no evaluation";
+  char text[64];
+  std::snprintf(text, sizeof text, "val_loss %.4f", summary.final_val_loss);
+  return text;
+}
+
 // The prepared dataset the config names, or the default fortunes corpus,
 // prepared on first use under base_output_directory/datasets/ (fortunes, or
 // fortunes-<checksum> with tokenizer_path: train::DefaultDatasetDirectory),
@@ -338,22 +347,22 @@ int RunWorkerBody(const TrainConfig& config, const runtime::WorkerEnv& env,
     // Too few steps for a steady-state figure (the first step of a run is
     // start-up, not counted in the means).
     std::printf(
-        "multislice train: done, steps %lld-%lld, loss %.4f, val_loss %.4f "
+        "multislice train: done, steps %lld-%lld, loss %.4f, %s "
         "(too few steps for step-time, throughput and MFU figures: the "
         "first step of a run is start-up), first step %.2f s after start; "
         "%s\n",
         static_cast<long long>(summary.first_step),
         static_cast<long long>(summary.last_step), summary.final_loss,
-        summary.final_val_loss, summary.seconds_to_first_step,
+        ValLossText(summary).c_str(), summary.seconds_to_first_step,
         RunDirectory(config).c_str());
   } else if (summary.last_step >= summary.first_step) {
     std::printf(
-        "multislice train: done, steps %lld-%lld, loss %.4f, val_loss %.4f, "
+        "multislice train: done, steps %lld-%lld, loss %.4f, %s, "
         "%.3f s/step, %.0f tokens/s, MFU %.1f%% of %.3f TFLOP/s per device "
         "(%s), first step %.2f s after start; %s\n",
         static_cast<long long>(summary.first_step),
         static_cast<long long>(summary.last_step), summary.final_loss,
-        summary.final_val_loss, summary.mean_step_seconds,
+        ValLossText(summary).c_str(), summary.mean_step_seconds,
         summary.tokens_per_second, 100 * summary.mean_mfu,
         trainer.peak_flops_per_device / 1e12,
         compute::MatmulRouteName(MatmulDType(config)).c_str(),

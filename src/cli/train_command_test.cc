@@ -925,6 +925,7 @@ TEST_F(TrainCommandTest, OneStepRunPrintsNoZeroFigures) {
                                    "dataset_path=" + data_->path() + "/ds",
                                    "run_name=one",
                                    "steps=1",
+                                   "eval_interval=-1",
                                    "--num_slices",
                                    "1"};
   Child c = Spawn(args, {}, dir_.path(), "one");
@@ -932,6 +933,10 @@ TEST_F(TrainCommandTest, OneStepRunPrintsNoZeroFigures) {
   const std::string out = ReadFile(c.out);
   EXPECT_NE(out.find("done, steps 1-1"), std::string::npos) << out;
   EXPECT_NE(out.find("too few steps for step-time"), std::string::npos) << out;
+  // eval_interval -1 (MaxText's): no evaluation, said in words, not as -1.
+  EXPECT_NE(out.find("loss "), std::string::npos) << out;
+  EXPECT_NE(out.find(", no evaluation "), std::string::npos) << out;
+  EXPECT_EQ(out.find("val_loss -1"), std::string::npos) << out;
   EXPECT_EQ(out.find("MFU 0.0%"), std::string::npos) << out;
   // " 0 tokens/s", not "0 tokens/s": 35590 tokens/s is a real figure.
   EXPECT_EQ(out.find(" 0 tokens/s"), std::string::npos) << out;
