@@ -97,6 +97,7 @@ class PrepareProgressLine {
         std::chrono::duration<double>(now - last_).count() < 0.25) {
       return;
     }
+    const bool same_phase = p.phase == phase_;
     phase_ = p.phase;
     last_ = now;
     const double percent =
@@ -106,7 +107,11 @@ class PrepareProgressLine {
                   p.phase.c_str(), static_cast<long long>(p.documents),
                   Megabytes(p.bytes_read).c_str(),
                   Megabytes(p.total_bytes).c_str(), percent);
-    progress_.Phase(line);
+    if (same_phase) {
+      progress_.UpdatePhase(line);
+    } else {
+      progress_.Phase(line);
+    }
   }
   void Stop() { progress_.Stop(); }
 

@@ -25,6 +25,13 @@ void Progress::Phase(const std::string& what) {
   EmitLocked();
 }
 
+void Progress::UpdatePhase(const std::string& what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return;
+  phase_ = what;
+  EmitLocked();
+}
+
 void Progress::StartSteps(int total, int warmup) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopped_) return;

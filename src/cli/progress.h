@@ -35,6 +35,9 @@ class Progress {
 
   // A phase without steps begins, e.g. "measuring the matmul peak".
   void Phase(const std::string& what);
+  // The current phase's line changes (a count in it, say) while the phase
+  // goes on: its elapsed time keeps counting from its Phase.
+  void UpdatePhase(const std::string& what);
   // The stepping phase begins: `total` steps, the first `warmup` of which
   // are untimed and left out of the ETA.
   void StartSteps(int total, int warmup);

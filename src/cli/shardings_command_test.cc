@@ -163,6 +163,23 @@ TEST(ProgressTest, WithoutATerminalALongPhaseIsNeverSilent) {
   EXPECT_EQ(text.find('\r'), std::string::npos) << text;
 }
 
+// A phase whose line changes (data prepare's counts) keeps its clock; a new
+// phase starts its own.
+TEST(ProgressTest, UpdatingAPhaseKeepsItsElapsedTime) {
+  FILE* f = std::tmpfile();
+  Progress progress({.out = f, .prefix = "data"});
+  progress.Phase("reading: 10 documents");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  progress.UpdatePhase("reading: 20 documents");
+  EXPECT_EQ(progress.Text().rfind("reading: 20 documents, 1s", 0), 0u)
+      << progress.Text();
+  progress.Phase("tokenizing: 0 documents");
+  EXPECT_EQ(progress.Text().rfind("tokenizing: 0 documents, 0s", 0), 0u)
+      << progress.Text();
+  progress.Stop();
+  std::fclose(f);
+}
+
 TEST(ProgressTest, StepsSayWhereTheRunIsAndTheEta) {
   FILE* f = std::tmpfile();
   Progress progress({.out = f, .prefix = "shardings"});
