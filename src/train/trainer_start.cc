@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "model/tensor_shard.h"
+#include "train/imported_checkpoint.h"
 #include "train/replica_restore.h"
 #include "train/run_directory.h"
 #include "train/trainer_internal.h"
@@ -432,6 +433,20 @@ Status Trainer::RestoreCheckpoint() {
   if (!state.ok()) {
     return state.status().code() == StatusCode::kNotFound ? OkStatus()
                                                           : state.status();
+  }
+  // An imported checkpoint (multislice import) gives its weights only: the
+  // run starts at step 0 with fresh moments and its own batches.
+  ASSIGN_OR_RETURN(
+      const bool imported,
+      StartFromImportedWeights(ckpt_options_.directory, global_rows_,
+                               static_cast<uint64_t>(config_.seed),
+                               model_.max_seq_len, *state));
+  if (imported && !SameModel(state->model, model_)) {
+    return InvalidArgument("the imported checkpoint in " +
+                           ckpt_options_.directory +
+                           " holds another model than this config; train it "
+                           "with model_name=<its run directory>/model.yml, "
+                           "the model file multislice import wrote");
   }
   if (!SameModel(state->model, model_)) {
     return InvalidArgument("the checkpoint in " + ckpt_options_.directory +
