@@ -19,7 +19,8 @@ packages=(
   fortunes                           # the default training corpus
   openmpi-bin libopenmpi-dev         # the mpi-flat benchmark baseline
   chromium chromium-driver           # the console's browser test (headless)
-  python3-torch                      # torch_ddp_test (DDP over 2 slices)
+  python3-torch                      # torch_ddp_test (DDP over 2 slices),
+                                     # export_command_test (the HF reference)
 )
 # Daemons that the project's tests start themselves, never as services of
 # this machine: a real Slurm cluster (netns_cluster.sh --slurm,

@@ -13,6 +13,10 @@ void AddPeakCommand(CLI::App& root, CommandTable& table);
 void AddDataCommand(CLI::App& root, CommandTable& table);
 void AddTrainCommand(CLI::App& root, CommandTable& table);
 void AddGenerateCommand(CLI::App& root, CommandTable& table);
+// `export RUN_DIR` and `import DIR_OR_FILE`: checkpoints to and from Hugging
+// Face's safetensors and config.json.
+void AddExportCommand(CLI::App& root, CommandTable& table);
+void AddImportCommand(CLI::App& root, CommandTable& table);
 void AddJobCommand(CLI::App& root, CommandTable& table);
 // `goodput RUN_DIR`: a run's or job's goodput and badput buckets.
 void AddGoodputCommand(CLI::App& root, CommandTable& table);
@@ -44,6 +48,13 @@ inline void AddAllCommands(CLI::App& root, CommandTable& table) {
   RegisterCommand(root, table, kTrainGroup,
                   "Sample text from a train run's newest checkpoint",
                   AddGenerateCommand);
+  RegisterCommand(root, table, kTrainGroup,
+                  "Write a run's checkpoint as a Hugging Face model "
+                  "(safetensors)",
+                  AddExportCommand);
+  RegisterCommand(root, table, kTrainGroup,
+                  "Make a run directory from a Hugging Face model",
+                  AddImportCommand);
   RegisterCommand(root, table, kTrainGroup,
                   "Training data tools (prepare the corpus)", AddDataCommand);
   RegisterCommand(root, table, kTrainGroup,
