@@ -17,8 +17,12 @@ scaled_dot_product_attention); the key/value heads are repeated to the query
 heads (repeat_interleave), as Hugging Face's Llama does.
 
 --dtype bfloat16 runs the forward under torch.autocast("cpu", bfloat16): the
-matmuls in bf16 (oneDNN's bf16 kernels where the CPU has them), master weights,
-the optimizer and the loss in f32, as `multislice train` does.
+matmuls in bf16, master weights, the optimizer and the loss in f32, as
+`multislice train` does. PyTorch 1.13 sends bf16 matmuls to oneDNN only on
+CPUs with AVX-512 (BW, VL, DQ); on an AVX2-only CPU it uses its own bf16
+GEMM. Under the AVX2 cap oneDNN refuses bf16 primitives, so the peer turns
+oneDNN off (torch.backends.mkldnn) and takes that same own path, as it would
+on an AVX2-only CPU.
 
 One process, torch.set_num_threads(1), OpenBLAS and OpenMP on one thread.
 MULTISLICE_MAX_ISA=avx2 (or --isa avx2) caps PyTorch's own kernels
@@ -179,6 +183,8 @@ def main(argv):
     import torch
 
     torch.set_num_threads(1)
+    if a.isa and a.dtype == "bfloat16":
+        torch.backends.mkldnn.enabled = False  # as on an AVX2-only CPU
     model = build_model(torch, a)
     decay = [p for p in model.parameters() if p.dim() == 2]
     no_decay = [p for p in model.parameters() if p.dim() != 2]
@@ -208,6 +214,7 @@ def main(argv):
         "torch_version": torch.__version__,
         "blas": blas,
         "dtype": a.dtype,
+        "mkldnn": torch.backends.mkldnn.enabled,
         "block": a.block,
         "cpu_capability": torch.backends.cpu.get_cpu_capability()
         if hasattr(torch.backends, "cpu") else "unknown",
