@@ -74,6 +74,11 @@ void CrossEntropySoftmaxBackward(float* dlogits, const float* dlosses,
                                  const float* probs,
                                  const std::int32_t* targets, std::int64_t N,
                                  int V);
+// The same written (=) rather than accumulated, for a dlogits that holds
+// nothing yet (saves zeroing N x V values first).
+void CrossEntropySoftmaxGrad(float* dlogits, const float* dlosses,
+                             const float* probs, const std::int32_t* targets,
+                             std::int64_t N, int V);
 
 }  // namespace multislice::compute::gpt
 

@@ -239,10 +239,9 @@ Status Decoder::HeadBackward(const float* params, float* grads) {
   runtime::OpSpans trace("head", 0, "backward");
   trace.Next("cross_entropy");
   std::fill(a.dlosses.begin(), a.dlosses.end(), 1.0f / static_cast<float>(N));
-  Zero(a.dlogits);
-  ops::CrossEntropySoftmaxBackward(a.dlogits.data(), a.dlosses.data(),
-                                   a.probs.data(), a.targets.data(), N,
-                                   static_cast<int>(V));
+  ops::CrossEntropySoftmaxGrad(a.dlogits.data(), a.dlosses.data(),
+                               a.probs.data(), a.targets.data(), N,
+                               static_cast<int>(V));
   // logits = lnf @ W^T: dlnf = dlogits @ W, dW = dlogits^T @ lnf (for a
   // tied W the first write; the embedding adds its part at the end).
   trace.Next("logits");

@@ -39,7 +39,7 @@ struct CausalSoftmaxKernel {
     float mx;
     for (int t = 0; t < T; ++t) {
       const std::int64_t row = static_cast<std::int64_t>(t) * T;
-      SoftmaxRow(tag, s + row, t + 1, T, &mx);
+      SoftmaxRow(tag, s + row, s + row, t + 1, T, &mx);
       if (s16 != nullptr) RowToBf16(tag, s16 + row, s + row, T);
     }
   }

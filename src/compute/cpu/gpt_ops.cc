@@ -240,9 +240,8 @@ struct CrossEntropyForwardKernel {
     for (std::int64_t r = 0; r < N; ++r) {
       const float* z = logits + r * V;
       float* p = probs + r * V;
-      std::memcpy(p, z, static_cast<size_t>(V) * sizeof(float));
       float max_logit;
-      const float denom = SoftmaxRow(tag, p, V, V, &max_logit);
+      const float denom = SoftmaxRow(tag, z, p, V, V, &max_logit);
       // -log p[target] from the log-sum-exp form, so that a tiny probability
       // does not underflow to log(0).
       losses[r] = std::log(denom) - (z[targets[r]] - max_logit);
@@ -250,15 +249,25 @@ struct CrossEntropyForwardKernel {
   }
 };
 
+// dlogits (+= with kAccumulate, else =) dl (probs - onehot(target)).
+template <bool kAccumulate>
 struct CrossEntropySoftmaxBackwardKernel {
   MS_KERNEL void operator()(auto, float* dlogits, const float* dlosses,
                             const float* probs, const std::int32_t* targets,
                             std::int64_t N, int V) const {
     for (std::int64_t r = 0; r < N; ++r) {
       const float dl = dlosses[r];
-      Update(dlogits + r * V, probs + r * V, V,
-             [dl](const F16& y, const F16& p) { return y + dl * p; });
-      dlogits[r * V + targets[r]] -= dl;
+      float* d = dlogits + r * V;
+      const float* p = probs + r * V;
+      if constexpr (kAccumulate) {
+        Update(d, p, V,
+               [dl](const F16& y, const F16& pv) { return y + dl * pv; });
+      } else {
+        int i = 0;
+        for (; i + kLanes <= V; i += kLanes) Store(d + i, dl * Load(p + i));
+        if (i < V) StorePart(d + i, dl * LoadPart(p + i, V - i), V - i);
+      }
+      d[targets[r]] -= dl;
     }
   }
 };
@@ -318,8 +327,15 @@ void CrossEntropySoftmaxBackward(float* dlogits, const float* dlosses,
                                  const float* probs,
                                  const std::int32_t* targets, std::int64_t N,
                                  int V) {
-  isa::Dispatch<CrossEntropySoftmaxBackwardKernel>(dlogits, dlosses, probs,
-                                                   targets, N, V);
+  isa::Dispatch<CrossEntropySoftmaxBackwardKernel<true>>(dlogits, dlosses,
+                                                         probs, targets, N, V);
+}
+
+void CrossEntropySoftmaxGrad(float* dlogits, const float* dlosses,
+                             const float* probs, const std::int32_t* targets,
+                             std::int64_t N, int V) {
+  isa::Dispatch<CrossEntropySoftmaxBackwardKernel<false>>(dlogits, dlosses,
+                                                          probs, targets, N, V);
 }
 
 }  // namespace multislice::compute::gpt

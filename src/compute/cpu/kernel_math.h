@@ -162,33 +162,35 @@ MS_INLINE void Add(float* out, const float* a, const float* b, std::int64_t n) {
   }
 }
 
-// In place over p[0, n): p = exp(p - max) / sum; returns the sum of
-// exp(p - max) and sets *row_max. p[n, len) is set to zero (len >= n >= 1).
+// p[0, n) = exp(z - max) / sum over z[0, n) (z may be p: in place); returns
+// the sum of exp(z - max) and sets *row_max. p[n, len) is set to zero
+// (len >= n >= 1).
 template <typename Tag>
-MS_INLINE float SoftmaxRow(Tag tag, float* p, int n, int len, float* row_max) {
+MS_INLINE float SoftmaxRow(Tag tag, const float* z, float* p, int n, int len,
+                           float* row_max) {
   const int full = n / kLanes * kLanes;
   const int rest = n - full;
   const I16 tail = LaneMask(tag, rest);
   const F16 neg_inf = Splat(-INFINITY);
   vec::Carry16<Tag> m(neg_inf);
   for (int i = 0; i < full; i += kLanes) {
-    m.Set(vec::Max(tag, m.Get(), Load(p + i)));
+    m.Set(vec::Max(tag, m.Get(), Load(z + i)));
   }
   if (rest) {
     m.Set(vec::Max(tag, m.Get(),
-                   vec::Select(tag, tail, LoadPart(p + full, rest), neg_inf)));
+                   vec::Select(tag, tail, LoadPart(z + full, rest), neg_inf)));
   }
   const float mx = HMax(m.Get());
   vec::Carry16<Tag> sum;
   for (int i = 0; i < full; i += kLanes) {
-    const F16 e = ExpNonPositive(tag, Load(p + i) - mx);
+    const F16 e = ExpNonPositive(tag, Load(z + i) - mx);
     sum += e;
     Store(p + i, e);
   }
   F16 e_tail = {};
   if (rest) {
     e_tail = vec::Select(
-        tag, tail, ExpNonPositive(tag, LoadPart(p + full, rest) - mx), F16{});
+        tag, tail, ExpNonPositive(tag, LoadPart(z + full, rest) - mx), F16{});
     sum += e_tail;
   }
   const float denom = HSum(sum.Get());
