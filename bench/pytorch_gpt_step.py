@@ -29,12 +29,10 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_shardings import prepare_environment  # noqa: E402
+from pytorch_step import import_torch, summary, time_steps  # noqa: E402
 
 
 def parse_args(argv):
@@ -127,52 +125,15 @@ def build_model(torch, a):
 
 def main(argv):
     a = parse_args(argv)
-    if a.isa:
-        os.environ["ATEN_CPU_CAPABILITY"] = "avx2"
-        os.environ["DNNL_MAX_CPU_ISA"] = "AVX2"
-        coretype = "HASWELL"
-    else:
-        coretype = "auto"
-    blas = prepare_environment(coretype)
-    import torch
-
-    torch.set_num_threads(1)
+    torch, blas = import_torch(a.isa)
     model = build_model(torch, a)
-    decay = [p for p in model.parameters() if p.dim() == 2]
-    no_decay = [p for p in model.parameters() if p.dim() != 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=1e-4, betas=(0.9, 0.95), eps=1e-8)
-    gen = torch.Generator().manual_seed(1)
-    tokens = torch.randint(0, a.vocab, (a.batch, a.seq), generator=gen)
-    targets = torch.randint(0, a.vocab, (a.batch, a.seq), generator=gen)
-
-    times = []
-    for i in range(a.warmup + a.steps):
-        start = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = model(tokens, targets)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        elapsed = time.perf_counter() - start
-        if i >= a.warmup:
-            times.append(elapsed)
-    median = statistics.median(times)
-    tokens_per_s = a.batch * a.seq / median
-    out = {
-        "framework": "pytorch",
-        "torch_version": torch.__version__,
-        "blas": blas,
-        "cpu_capability": torch.backends.cpu.get_cpu_capability()
-        if hasattr(torch.backends, "cpu") else "unknown",
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "batch": a.batch, "seq": a.seq, "emb": a.emb, "heads": a.heads,
-        "mlp": a.mlp, "layers": a.layers, "vocab": a.vocab,
-        "step_time_s": median, "step_time_min_s": min(times),
-        "step_time_max_s": max(times), "tokens_per_s": tokens_per_s,
-        "loss": float(loss), "step_times_s": times,
-    }
+    times, loss = time_steps(torch, model, a)
+    out = summary(torch, blas, model, a, times, loss)
+    out.update({"batch": a.batch, "seq": a.seq, "emb": a.emb,
+                "heads": a.heads, "mlp": a.mlp, "layers": a.layers,
+                "vocab": a.vocab})
+    median = out["step_time_s"]
+    tokens_per_s = out["tokens_per_s"]
     if a.json:
         print(json.dumps(out))
     else:
