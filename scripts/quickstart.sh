@@ -29,5 +29,5 @@ echo "--- samples from the trained model (multislice generate $run_dir):"
 for prompt in 'The meaning of life ' 'Q: ' 'A computer '; do
   printf '%s' "$prompt"
   build/bin/multislice generate "$run_dir" --prompt "$prompt" \
-    --max_new_tokens 60
+    --max_new_tokens 60 --temperature 0.7 --top_k 40
 done
