@@ -21,17 +21,21 @@ packages=(
   chromium chromium-driver           # the console's browser test (headless)
   python3-torch                      # torch_ddp_test (DDP over 2 slices),
                                      # export_command_test (the HF reference)
+  openssh-server openssh-client      # each host's sshd, run by its agent
+                                     # (gcloud tpu-vm ssh/scp), and the ssh
+                                     # that gcloud runs
 )
 # Daemons that the project's tests start themselves, never as services of
 # this machine: a real Slurm cluster (netns_cluster.sh --slurm,
-# slurm_cluster_test) and a Prometheus server scraping the controller
-# (metrics_scrape_test).
+# slurm_cluster_test), a Prometheus server scraping the controller
+# (metrics_scrape_test) and sshd (each agent runs its own, on its host's
+# address).
 slurm_packages=(slurmctld slurmd slurm-client munge)
 packages+=("${slurm_packages[@]}" prometheus)
 # The packages among them whose install starts a service, and those daemons'
 # process names (pgrep -x takes one name, of at most 15 characters).
-service_packages=(munge slurmctld slurmd prometheus)
-service_daemons=(munged slurmctld slurmd prometheus)
+service_packages=(munge slurmctld slurmd prometheus openssh-server)
+service_daemons=(munged slurmctld slurmd prometheus sshd)
 is_service_package() { [[ " ${service_packages[*]} " == *" $1 "* ]]; }
 
 if [ "${1:-}" = "--peer" ]; then
@@ -97,7 +101,9 @@ done
 if [ -d /run/systemd/system ] && command -v systemctl > /dev/null; then
   for p in "${missing[@]}"; do
     if is_service_package "$p"; then
-      $sudo systemctl disable --now "$p" > /dev/null 2>&1 || true
+      unit=$p
+      [ "$p" = openssh-server ] && unit=ssh   # its unit's name
+      $sudo systemctl disable --now "$unit" > /dev/null 2>&1 || true
     fi
   done
 fi

@@ -40,6 +40,8 @@ struct AgentFlags {
   std::string hostname;
   int register_timeout_seconds = 30;
   std::string worker_user;
+  int ssh_port = 22;
+  std::string ssh_address;
 };
 
 bool ValidZone(const std::string& zone) {
@@ -93,6 +95,15 @@ int RunAgent(const AgentFlags& flags) {
     return Fail(2, "--port: expected 0 (any free port) to 65535, got " +
                        std::to_string(flags.port));
   }
+  if (flags.ssh_port < 0 || flags.ssh_port > 65535) {
+    return Fail(2, "--ssh-port: expected 0 (no sshd) to 65535, got " +
+                       std::to_string(flags.ssh_port));
+  }
+  if (!flags.ssh_address.empty() &&
+      flags.ssh_address.find_first_not_of("0123456789.") != std::string::npos) {
+    return Fail(
+        2, "--ssh-address: '" + flags.ssh_address + "' is not an IPv4 address");
+  }
   if (flags.register_timeout_seconds < 1 ||
       flags.register_timeout_seconds > 86400) {
     return Fail(2, "--register-timeout: expected 1 to 86400 seconds, got " +
@@ -117,6 +128,8 @@ int RunAgent(const AgentFlags& flags) {
   options.advertise_address = flags.advertise_address;
   options.workdir = flags.workdir;
   options.worker_user = flags.worker_user;
+  options.ssh_port = flags.ssh_port;
+  options.ssh_address = flags.ssh_address;
   options.register_timeout =
       std::chrono::seconds(flags.register_timeout_seconds);
 
@@ -204,6 +217,16 @@ void AddAgentCommand(CLI::App& root, CommandTable& table) {
                 "Run workers as this user (not the agent's), so that a job "
                 "can read none of the agent's secrets; see docs/control.md, "
                 "Threat model.");
+  AddIntFlag(cmd, "ssh_port", &flags->ssh_port,
+             "Port of this host's sshd, which gcloud's tpu-vm ssh and scp "
+             "reach with the keys of the node holding the host (its "
+             "ssh-keys metadata); 0: none. Needs root and openssh-server; "
+             "without them the agent runs without one (docs/agent.md).")
+      ->capture_default_str();
+  AddStringFlag(cmd, "ssh_address", &flags->ssh_address,
+                "Address this host's sshd listens on, and the node's "
+                "networkEndpoints show (default: --advertise-address, else "
+                "--bind).");
   AddStringFlag(cmd, "hostname", &flags->hostname,
                 "Name reported to the controller (default: this host's).");
   AddIntFlag(cmd, "register_timeout", &flags->register_timeout_seconds,

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -46,6 +47,7 @@ struct ControllerCommandFlags {
   int local_hosts = 0;
   std::string local_accelerator_type = "cpu-2";
   std::string local_worker_user;
+  int local_ssh_port = 22;
   std::string zone = "local-a";
   std::vector<std::string> quotas;  // TIER=CHIPS
   std::string capacity = "agents";  // agents | slurm
@@ -108,6 +110,20 @@ std::string LocalWorkerUser(const ControllerCommandFlags& flags, int index) {
   return std::to_string(base + 1 + index) + ":" + std::to_string(base);
 }
 
+// The loopback address of local host `index`'s sshd, 127.A.B.C: every local
+// host has its own, so each has a port 22 as a machine of its own would.
+// A and B are drawn once per controller (two controllers on one machine
+// then almost never meet); C runs 2..251, then B moves on.
+std::string LocalSshAddress(int index) {
+  static const auto [a, b] = [] {
+    std::random_device rd;
+    return std::pair<int, int>(1 + static_cast<int>(rd() % 254),
+                               static_cast<int>(rd() % 250));
+  }();
+  return "127." + std::to_string(a) + "." + std::to_string(b + index / 250) +
+         "." + std::to_string(2 + index % 250);
+}
+
 pid_t SpawnAgent(const std::string& url, const std::string& token_file,
                  const ControllerCommandFlags& flags, const std::string& dir,
                  int index) {
@@ -125,6 +141,12 @@ pid_t SpawnAgent(const std::string& url, const std::string& token_file,
                                    dir};
   if (!flags.local_worker_user.empty()) {
     args.insert(args.end(), {"--worker-user", LocalWorkerUser(flags, index)});
+  }
+  // sshd on port 22 needs root; otherwise the local hosts run none.
+  const int ssh_port = ::geteuid() == 0 ? flags.local_ssh_port : 0;
+  args.insert(args.end(), {"--ssh-port", std::to_string(ssh_port)});
+  if (ssh_port > 0) {
+    args.insert(args.end(), {"--ssh-address", LocalSshAddress(index)});
   }
   const std::string log = dir + "/agent.log";
   // Everything the child needs is built before fork: the controller's
@@ -165,6 +187,10 @@ int RunController(const ControllerCommandFlags& flags) {
       timeout_s > 3600) {
     return Fail(2, "--heartbeat-timeout: '" + flags.heartbeat_timeout +
                        "' is not a number of seconds in (0, 3600]");
+  }
+  if (flags.local_ssh_port < 0 || flags.local_ssh_port > 65535) {
+    return Fail(2, "--local-ssh-port: " + std::to_string(flags.local_ssh_port) +
+                       " is not a port from 0 (no sshd) to 65535");
   }
   if (flags.local_hosts < 0 || flags.local_hosts > 256) {
     return Fail(2, "--local-hosts: " + std::to_string(flags.local_hosts) +
@@ -429,6 +455,12 @@ void AddControllerCommand(CLI::App& root, CommandTable& table) {
       ->capture_default_str();
   AddIntFlag(cmd, "local_hosts", &flags->local_hosts,
              "Host agents to run on this machine.")
+      ->capture_default_str();
+  AddIntFlag(cmd, "local_ssh_port", &flags->local_ssh_port,
+             "Port of each local host's sshd, on a loopback address of its "
+             "own (127.A.B.C, the node's networkEndpoints), for gcloud's "
+             "tpu-vm ssh and scp; 0: none. Needs root (otherwise none "
+             "runs).")
       ->capture_default_str();
   AddStringFlag(cmd, "local_worker_user", &flags->local_worker_user,
                 "The local agents run their workers as this user (a name, or "

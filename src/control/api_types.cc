@@ -145,6 +145,21 @@ Status CheckBool(const json& parent, const std::string& key,
   return OkStatus();
 }
 
+// A string member that, when given, is one of `values` (a proto enum).
+Result<std::string> GetEnum(const json& parent, const std::string& key,
+                            const std::string& path,
+                            const std::vector<std::string>& values) {
+  ASSIGN_OR_RETURN(std::string value, GetString(parent, key, path, 64, false));
+  if (value.empty() && !parent.contains(key)) return value;
+  if (std::find(values.begin(), values.end(), value) != values.end()) {
+    return value;
+  }
+  std::string list;
+  for (const std::string& v : values) list += (list.empty() ? "" : ", ") + v;
+  return Field(Join(path, key),
+               QuoteForMessage(value) + " is not one of " + list);
+}
+
 // An integer member in min..max; `absent` when not given.
 Result<int64_t> GetInteger(const json& parent, const std::string& key,
                            const std::string& path, int64_t min, int64_t max,
@@ -499,7 +514,14 @@ Status ParseNodeIds(const json& ns, const std::string& ns_path,
     return OkStatus();
   }
   const std::string mpath = ns_path + ".multi_node_params";
-  RETURN_IF_ERROR(OnlyKeys(*multi, mpath, {"nodeCount", "nodeIdPrefix"}));
+  RETURN_IF_ERROR(
+      OnlyKeys(*multi, mpath, {"nodeCount", "nodeIdPrefix", "workloadType"}));
+  // Where Google places the slices; here they go wherever the scheduler
+  // finds hosts, whichever is asked.
+  RETURN_IF_ERROR(GetEnum(*multi, "workloadType", mpath,
+                          {"WORKLOAD_TYPE_UNSPECIFIED", "THROUGHPUT_OPTIMIZED",
+                           "AVAILABILITY_OPTIMIZED"})
+                      .status());
   if (!multi->contains("nodeCount")) {
     return Field(mpath + ".node_count", "is required");
   }
@@ -523,11 +545,8 @@ Status ParseNodeIds(const json& ns, const std::string& ns_path,
   return OkStatus();
 }
 
-Status ParseNetworkConfig(const json& node, const std::string& npath,
+Status CheckNetworkConfig(const json* net, const std::string& path,
                           Source source) {
-  const json* net = Member(node, "networkConfig");
-  if (net == nullptr) return OkStatus();
-  const std::string path = npath + ".network_config";
   RETURN_IF_ERROR(OnlyKeys(*net, path,
                            {"network", "subnetwork", "enableExternalIps",
                             "canIpForward", "queueCount"}));
@@ -541,31 +560,35 @@ Status ParseNetworkConfig(const json& node, const std::string& npath,
   return GetInteger(*net, "queueCount", path, 0, kMaxQueueCount, 0).status();
 }
 
+// node.network_config, and v2alpha1's node.network_configs (one per
+// network of a multi-network node): accepted, type-checked.
+Status ParseNetworkConfig(const json& node, const std::string& npath,
+                          Source source) {
+  if (const json* net = Member(node, "networkConfig")) {
+    RETURN_IF_ERROR(CheckNetworkConfig(net, npath + ".network_config", source));
+  }
+  const json* nets = Member(node, "networkConfigs");
+  if (nets == nullptr) return OkStatus();
+  const std::string path = npath + ".network_configs";
+  if (!nets->is_array()) return WrongType(path, "a list", *nets);
+  if (nets->size() > kMaxListEntries) {
+    return Field(path,
+                 "more than " + std::to_string(kMaxListEntries) + " entries");
+  }
+  for (size_t i = 0; i < nets->size(); ++i) {
+    RETURN_IF_ERROR(CheckNetworkConfig(
+        &(*nets)[i], path + "[" + std::to_string(i) + "]", source));
+  }
+  return OkStatus();
+}
+
 // node.metadata and node.labels: objects of strings; the startup script.
 Status ParseStringMaps(const json& node, const std::string& npath,
                        QueuedResourceSpec& spec) {
   for (const char* map_key : {"metadata", "labels"}) {
     const json* map = Member(node, map_key);
     if (map == nullptr) continue;
-    const std::string path = npath + "." + map_key;
-    if (!map->is_object()) {
-      return WrongType(path, "an object of strings", *map);
-    }
-    if (map->size() > kMaxListEntries) {
-      return Field(path,
-                   "more than " + std::to_string(kMaxListEntries) + " entries");
-    }
-    for (const auto& [key, value] : map->items()) {
-      const size_t limit =
-          key == "startup-script" ? kMaxStartupScriptBytes : kMaxStringBytes;
-      if (key.size() > kMaxStringBytes || !value.is_string() ||
-          value.get_ref<const std::string&>().size() > limit) {
-        const std::string quoted = QuoteForMessage(key);
-        return Field(
-            path + "[\"" + quoted.substr(1, quoted.size() - 2) + "\"]",
-            "expected a string of at most " + std::to_string(limit) + " bytes");
-      }
-    }
+    RETURN_IF_ERROR(ValidateStringMap(*map, npath + "." + map_key));
     if (std::string(map_key) == "metadata" && map->contains("startup-script")) {
       spec.startup_script = map->at("startup-script").get<std::string>();
     }
@@ -586,9 +609,17 @@ Status ParseNodeOptions(const json& node, const std::string& npath) {
   }
   if (const json* sc = Member(node, "schedulingConfig")) {
     const std::string path = npath + ".scheduling_config";
-    RETURN_IF_ERROR(OnlyKeys(*sc, path, {"preemptible", "reserved", "spot"}));
+    RETURN_IF_ERROR(
+        OnlyKeys(*sc, path,
+                 {"preemptible", "reserved", "spot", "provisioningModel",
+                  "reservationName", "terminationTimestamp"}));
     for (const char* key : {"preemptible", "reserved", "spot"}) {
       RETURN_IF_ERROR(CheckBool(*sc, key, path));
+    }
+    for (const char* key :
+         {"provisioningModel", "reservationName", "terminationTimestamp"}) {
+      RETURN_IF_ERROR(
+          GetString(*sc, key, path, kMaxStringBytes, false).status());
     }
   }
   if (const json* disks = Member(node, "dataDisks")) {
@@ -601,7 +632,9 @@ Status ParseNodeOptions(const json& node, const std::string& npath) {
     for (size_t i = 0; i < disks->size(); ++i) {
       const std::string disk_path = path + "[" + std::to_string(i) + "]";
       const json& disk = (*disks)[i];
-      RETURN_IF_ERROR(OnlyKeys(disk, disk_path, {"sourceDisk", "mode"}));
+      RETURN_IF_ERROR(
+          OnlyKeys(disk, disk_path, {"sourceDisk", "mode", "workerIds"}));
+      RETURN_IF_ERROR(CheckStringList(disk, "workerIds", disk_path));
       RETURN_IF_ERROR(
           GetString(disk, "sourceDisk", disk_path, kMaxStringBytes, false)
               .status());
@@ -626,6 +659,43 @@ Status ParseNodeOptions(const json& node, const std::string& npath) {
     RETURN_IF_ERROR(GetString(*accel, "type", path, 64, false).status());
     RETURN_IF_ERROR(GetString(*accel, "topology", path, 64, false).status());
   }
+  if (const json* boot = Member(node, "bootDiskConfig")) {
+    const std::string path = npath + ".boot_disk_config";
+    RETURN_IF_ERROR(OnlyKeys(
+        *boot, path,
+        {"customerEncryptionKey", "diskSizeGb", "enableConfidentialCompute",
+         "provisionedIops", "provisionedThroughput", "sourceImage"}));
+    if (const json* key = Member(*boot, "customerEncryptionKey")) {
+      RETURN_IF_ERROR(
+          OnlyKeys(*key, path + ".customer_encryption_key", {"kmsKeyName"}));
+      RETURN_IF_ERROR(GetString(*key, "kmsKeyName",
+                                path + ".customer_encryption_key",
+                                kMaxStringBytes, false)
+                          .status());
+    }
+    RETURN_IF_ERROR(CheckBool(*boot, "enableConfidentialCompute", path));
+    RETURN_IF_ERROR(
+        GetString(*boot, "sourceImage", path, kMaxStringBytes, false).status());
+    // int64 fields: protobuf JSON writes them as strings.
+    for (const char* key :
+         {"diskSizeGb", "provisionedIops", "provisionedThroughput"}) {
+      const json* v = Member(*boot, key);
+      if (v != nullptr && !v->is_number_integer() && !v->is_string()) {
+        return WrongType(Join(path, key), "an integer", *v);
+      }
+    }
+  }
+  RETURN_IF_ERROR(
+      GetString(node, "cidrBlock", npath, kMaxStringBytes, false).status());
+  // v2alpha1's autocheckpoint (a checkpoint taken by the service before a
+  // maintenance event): `multislice train` checkpoints itself
+  // (checkpoint_period), so only its default is accepted.
+  RETURN_IF_ERROR(CheckBool(node, "autocheckpointEnabled", npath));
+  if (node.value("autocheckpointEnabled", false)) {
+    return Field(npath + ".autocheckpoint_enabled",
+                 "true is not implemented here (multislice train checkpoints "
+                 "itself: checkpoint_period); leave it false");
+  }
   return OkStatus();
 }
 
@@ -635,11 +705,13 @@ Status ParseNode(const json& ns, const std::string& ns_path, Source source,
   const json* node = Member(ns, "node");
   if (node == nullptr) return Field(ns_path + ".node", "is required");
   const std::string npath = ns_path + ".node";
-  RETURN_IF_ERROR(OnlyKeys(
-      *node, npath,
-      {"acceleratorType", "runtimeVersion", "networkConfig", "tags", "metadata",
-       "description", "labels", "serviceAccount", "schedulingConfig",
-       "dataDisks", "shieldedInstanceConfig", "acceleratorConfig"}));
+  RETURN_IF_ERROR(
+      OnlyKeys(*node, npath,
+               {"acceleratorType", "runtimeVersion", "networkConfig", "tags",
+                "metadata", "description", "labels", "serviceAccount",
+                "schedulingConfig", "dataDisks", "shieldedInstanceConfig",
+                "acceleratorConfig", "networkConfigs", "cidrBlock",
+                "bootDiskConfig", "autocheckpointEnabled"}));
   ASSIGN_OR_RETURN(spec.accelerator_type,
                    GetString(*node, "acceleratorType", npath, 64, true));
   Result<mesh::AcceleratorType> type =
@@ -686,6 +758,43 @@ Status ParseTier(const json& body, Source source, QueuedResourceSpec& spec) {
                  "give at most one of guaranteed, spot and "
                  "best_effort");
   }
+  // gcloud's GA --reserved sends reservation_name
+  // ".../reservations/-" (any reservation of the project): the reserved
+  // tier.
+  ASSIGN_OR_RETURN(
+      const std::string reservation,
+      GetString(body, "reservationName", "", kMaxStringBytes, false));
+  if (!reservation.empty()) {
+    if (tiers > 0 && spec.tier != Tier::kReserved &&
+        spec.tier != Tier::kOnDemand) {
+      return Field("reservation_name",
+                   "a reservation cannot be combined with spot or "
+                   "best_effort");
+    }
+    spec.tier = Tier::kReserved;
+  }
+  // v2alpha1's provisioning_model: STANDARD is the tier objects' choice;
+  // SPOT and RESERVATION_BOUND are the spot and reserved tiers.
+  ASSIGN_OR_RETURN(const std::string model,
+                   GetEnum(body, "provisioningModel", "",
+                           {"PROVISIONING_MODEL_UNSPECIFIED", "STANDARD",
+                            "SPOT", "RESERVATION_BOUND", "FLEX_START"}));
+  if (model == "FLEX_START") {
+    return Field("provisioning_model",
+                 "FLEX_START is not implemented here (STANDARD, SPOT or "
+                 "RESERVATION_BOUND; a queued resource waits in its tier's "
+                 "queue until hosts are free)");
+  }
+  const Tier wanted = model == "SPOT"                ? Tier::kSpot
+                      : model == "RESERVATION_BOUND" ? Tier::kReserved
+                                                     : spec.tier;
+  if ((model == "SPOT" || model == "RESERVATION_BOUND") && tiers > 0 &&
+      spec.tier != wanted) {
+    return Field("provisioning_model",
+                 QuoteForMessage(model) + " contradicts the " +
+                     TierName(spec.tier) + " tier also given");
+  }
+  spec.tier = wanted;
   return OkStatus();
 }
 
@@ -731,6 +840,38 @@ Status ParseQueueingPolicy(const json& body, int64_t now_ms,
   return OkStatus();
 }
 
+// v2alpha1's run_duration (the service deletes the nodes after it) and
+// traffic_config: type-checked; a run duration is not implemented here, so
+// only its absence is accepted.
+Status ParseRunOptions(const json& body) {
+  if (const json* run = Member(body, "runDuration")) {
+    RETURN_IF_ERROR(
+        OnlyKeys(*run, "run_duration", {"maxRunDuration", "terminationTime"}));
+    RETURN_IF_ERROR(
+        GetDuration(*run, "maxRunDuration", "run_duration").status());
+    RETURN_IF_ERROR(GetString(*run, "terminationTime", "run_duration",
+                              kMaxStringBytes, false)
+                        .status());
+    if (!run->empty()) {
+      return Field("run_duration",
+                   "a run duration is not implemented here (a queued "
+                   "resource runs until it is deleted: delete it with "
+                   "--force, or let the job end)");
+    }
+  }
+  if (const json* traffic = Member(body, "trafficConfig")) {
+    RETURN_IF_ERROR(
+        OnlyKeys(*traffic, "traffic_config", {"anticipatedTrafficMatrix"}));
+    if (const json* m = Member(*traffic, "anticipatedTrafficMatrix")) {
+      if (!m->is_object()) {
+        return WrongType("traffic_config.anticipated_traffic_matrix",
+                         "an object", *m);
+      }
+    }
+  }
+  return OkStatus();
+}
+
 Result<QueuedResourceSpec> ParseSpec(const json& input, const std::string& id,
                                      int64_t now_ms, Source source) {
   if (!input.is_object()) {
@@ -740,7 +881,8 @@ Result<QueuedResourceSpec> ParseSpec(const json& input, const std::string& id,
   RETURN_IF_ERROR(
       OnlyKeys(body, "",
                {"name", "tpu", "guaranteed", "spot", "bestEffort",
-                "queueingPolicy", "reservationName", "state", "createTime"}));
+                "queueingPolicy", "reservationName", "state", "createTime",
+                "provisioningModel", "runDuration", "trafficConfig"}));
   // Output-only fields are ignored, as Google's API does.
   body.erase("name");
   body.erase("state");
@@ -766,8 +908,7 @@ Result<QueuedResourceSpec> ParseSpec(const json& input, const std::string& id,
   RETURN_IF_ERROR(ParseNodeIds(ns, ns_path, id, source, spec));
   RETURN_IF_ERROR(ParseNode(ns, ns_path, source, spec));
   RETURN_IF_ERROR(ParseTier(body, source, spec));
-  RETURN_IF_ERROR(
-      GetString(body, "reservationName", "", kMaxStringBytes, false).status());
+  RETURN_IF_ERROR(ParseRunOptions(body));
   // A stored record keeps its deadlines as numbers (validUntilMs).
   if (source == Source::kRequest) {
     RETURN_IF_ERROR(ParseQueueingPolicy(body, now_ms, spec));
@@ -777,6 +918,27 @@ Result<QueuedResourceSpec> ParseSpec(const json& input, const std::string& id,
 }
 
 }  // namespace
+
+Status ValidateStringMap(const json& map, const std::string& path) {
+  if (!map.is_object()) return WrongType(path, "an object of strings", map);
+  if (map.size() > kMaxListEntries) {
+    return Field(path,
+                 "more than " + std::to_string(kMaxListEntries) + " entries");
+  }
+  for (const auto& [key, value] : map.items()) {
+    const size_t limit = key == "startup-script" || key == "ssh-keys"
+                             ? kMaxStartupScriptBytes
+                             : kMaxStringBytes;
+    if (key.size() > kMaxStringBytes || !value.is_string() ||
+        value.get_ref<const std::string&>().size() > limit) {
+      const std::string quoted = QuoteForMessage(key);
+      return Field(
+          path + "[\"" + quoted.substr(1, quoted.size() - 2) + "\"]",
+          "expected a string of at most " + std::to_string(limit) + " bytes");
+    }
+  }
+  return OkStatus();
+}
 
 std::string StateName(QrState state) {
   return kStateNames[static_cast<int>(state)];
@@ -900,6 +1062,46 @@ Result<json> ToCamelCase(const json& value, const std::string& path) {
   return CamelCaseTree(value, path);
 }
 
+// The fields of a v2alpha1 node spec that v2 does not have, refused on
+// /v2/ with the field named.
+Status RefuseV2Alpha1NodeFields(const json& ns) {
+  const std::string path = "tpu.node_spec[0]";
+  auto refuse = [](const std::string& field) {
+    return InvalidArgument(field +
+                           ": not a field of the v2 API (it is v2alpha1's: "
+                           "use the /v2alpha1/ API)");
+  };
+  const json* multi = Member(ns, "multisliceParams");
+  if (multi != nullptr && multi->is_object() &&
+      multi->contains("workloadType")) {
+    return refuse(path + ".multislice_params.workload_type");
+  }
+  const json* node = Member(ns, "node");
+  if (node == nullptr || !node->is_object()) return OkStatus();
+  for (const char* key : {"autocheckpointEnabled", "bootDiskConfig"}) {
+    if (node->contains(key)) return refuse(Join(path + ".node", key));
+  }
+  if (const json* sc = Member(*node, "schedulingConfig");
+      sc && sc->is_object()) {
+    for (const char* key :
+         {"provisioningModel", "reservationName", "terminationTimestamp"}) {
+      if (sc->contains(key)) {
+        return refuse(Join(path + ".node.scheduling_config", key));
+      }
+    }
+  }
+  if (const json* disks = Member(*node, "dataDisks");
+      disks && disks->is_array()) {
+    for (size_t i = 0; i < disks->size(); ++i) {
+      if ((*disks)[i].is_object() && (*disks)[i].contains("workerIds")) {
+        return refuse(path + ".node.data_disks[" + std::to_string(i) +
+                      "].worker_ids");
+      }
+    }
+  }
+  return OkStatus();
+}
+
 Result<QueuedResourceSpec> ParseQueuedResource(const json& body,
                                                const std::string& id,
                                                int64_t now_ms,
@@ -914,10 +1116,19 @@ Result<QueuedResourceSpec> ParseQueuedResource(const json& body,
         "best_effort: not a field of the v2 QueuedResource (it is v2alpha1's; "
         "use spot, or the /v2alpha1/ API)");
   }
+  for (const char* key :
+       {"provisioningModel", "runDuration", "trafficConfig"}) {
+    if (v2.contains(key)) {
+      return InvalidArgument(CamelToSnake(key) +
+                             ": not a field of the v2 QueuedResource (it is "
+                             "v2alpha1's: use the /v2alpha1/ API)");
+    }
+  }
   if (v2.contains("tpu") && v2["tpu"].is_object() &&
       v2["tpu"].contains("nodeSpec") && v2["tpu"]["nodeSpec"].is_array()) {
     for (json& ns : v2["tpu"]["nodeSpec"]) {
       if (!ns.is_object()) continue;
+      RETURN_IF_ERROR(RefuseV2Alpha1NodeFields(ns));
       if (ns.contains("multiNodeParams")) {
         return InvalidArgument(
             "tpu.node_spec[0].multi_node_params: not a field of the v2 API "
@@ -935,11 +1146,23 @@ Result<QueuedResourceSpec> ParseQueuedResource(const json& body,
 json QueuedResourceRecord::ToStorage() const {
   json nodes_json = json::array();
   for (const NodeRecord& n : nodes) {
-    nodes_json.push_back({{"nodeId", n.node_id},
-                          {"state", n.state},
-                          {"health", n.health},
-                          {"hosts", n.hosts},
-                          {"started", n.started}});
+    json node = {{"nodeId", n.node_id},
+                 {"state", n.state},
+                 {"health", n.health},
+                 {"hosts", n.hosts},
+                 {"started", n.started}};
+    if (!n.metadata.is_null()) node["metadata"] = n.metadata;
+    if (n.metadata_generation > 0) {
+      node["metadataGeneration"] = n.metadata_generation;
+    }
+    nodes_json.push_back(std::move(node));
+  }
+  json updates = json::array();
+  for (const NodeUpdate& u : node_updates) {
+    updates.push_back({{"op", u.op},
+                       {"nodeId", u.node_id},
+                       {"generation", u.generation},
+                       {"deadlineMs", u.deadline_ms}});
   }
   json history = json::array();
   for (const StateChange& c : state_history) {
@@ -971,7 +1194,8 @@ json QueuedResourceRecord::ToStorage() const {
           {"waitingOps", waiting_ops},
           {"coordinator", coordinator},
           {"clusterJob", cluster_job},
-          {"stateHistory", history}};
+          {"stateHistory", history},
+          {"nodeUpdates", updates}};
 }
 
 bool QueuedResourceRecord::RecordStateChange(int64_t now_ms) {
@@ -1018,6 +1242,11 @@ Result<QueuedResourceRecord> QueuedResourceRecord::FromStorage(const json& j) {
       node.health = n.at("health");
       node.hosts = n.at("hosts").get<std::vector<std::string>>();
       node.started = n.at("started");
+      // Absent before nodes could be patched.
+      if (n.contains("metadata") && n["metadata"].is_object()) {
+        node.metadata = n["metadata"];
+      }
+      node.metadata_generation = n.value("metadataGeneration", int64_t{0});
       r.nodes.push_back(std::move(node));
     }
     r.retired_hosts = j.at("retiredHosts").get<std::vector<std::string>>();
@@ -1031,11 +1260,72 @@ Result<QueuedResourceRecord> QueuedResourceRecord::FromStorage(const json& j) {
                                  c.at("timeMs").get<int64_t>(),
                                  c.at("initiator").get<std::string>()});
     }
+    for (const json& u : j.value("nodeUpdates", json::array())) {
+      r.node_updates.push_back({u.at("op").get<std::string>(),
+                                u.at("nodeId").get<std::string>(),
+                                u.at("generation").get<int64_t>(),
+                                u.at("deadlineMs").get<int64_t>()});
+    }
     return r;
   } catch (const json::exception& e) {
     return Internal(std::string("stored queued resource is malformed: ") +
                     e.what());
   }
+}
+
+json QueuedResourceRecord::NodeMetadata(const NodeRecord& n) const {
+  if (n.metadata.is_object()) return n.metadata;
+  const json& specs = spec.body.contains("tpu") && spec.body["tpu"].is_object()
+                          ? spec.body["tpu"].value("nodeSpec", json::array())
+                          : json::array();
+  if (specs.is_array() && !specs.empty() && specs[0].is_object() &&
+      specs[0].contains("node") && specs[0]["node"].is_object()) {
+    const json& node = specs[0]["node"];
+    if (node.contains("metadata") && node["metadata"].is_object()) {
+      return node["metadata"];
+    }
+  }
+  return json::object();
+}
+
+std::string QueuedResourceRecord::NodeNumericId(size_t index) const {
+  // Google's ids are decimal int64s; this one is the record's uid (128
+  // random bits, hex) folded to 60 bits, plus the node's index.
+  uint64_t folded = 0;
+  for (size_t i = 0; i < uid.size() && i < 15; ++i) {
+    const char c = uid[i];
+    const int digit = std::isdigit(static_cast<unsigned char>(c)) ? c - '0'
+                      : (c >= 'a' && c <= 'f')                    ? c - 'a' + 10
+                                                                  : c % 16;
+    folded = folded * 16 + static_cast<uint64_t>(digit);
+  }
+  return std::to_string(folded + index);
+}
+
+void QueuedResourceRecord::ExpandNodeSpecs(json& out) const {
+  // As Google's service answers: a multislice request's one node spec
+  // (multiNodeParams / multisliceParams) comes back as one spec per node,
+  // each with its nodeId. gcloud reads them: `queued-resources ssh --node`
+  // picks nodes by index in this list, and list's NODE_COUNT is its length.
+  if (!out.contains("tpu") || !out["tpu"].is_object() ||
+      !out["tpu"].contains("nodeSpec") || !out["tpu"]["nodeSpec"].is_array() ||
+      out["tpu"]["nodeSpec"].size() != 1 || nodes.empty()) {
+    return;
+  }
+  json one = out["tpu"]["nodeSpec"][0];
+  if (!one.is_object() ||
+      !(one.contains("multiNodeParams") || one.contains("multisliceParams"))) {
+    return;
+  }
+  one.erase("multiNodeParams");
+  one.erase("multisliceParams");
+  json expanded = json::array();
+  for (const NodeRecord& n : nodes) {
+    json spec_of_node = one;
+    spec_of_node["nodeId"] = n.node_id;
+    expanded.push_back(std::move(spec_of_node));
+  }
+  out["tpu"]["nodeSpec"] = std::move(expanded);
 }
 
 json QueuedResourceRecord::ToApi(const std::string& api) const {
@@ -1048,6 +1338,7 @@ json QueuedResourceRecord::ToApi(const std::string& api) const {
       }
     }
   }
+  ExpandNodeSpecs(out);
   out["name"] = name;
   out["createTime"] = FormatTimestamp(create_ms);
   json state_json = {{"state", StateName(state)},

@@ -108,12 +108,33 @@ Result<QueuedResourceSpec> ParseQueuedResource(
 Result<nlohmann::json> ToCamelCase(const nlohmann::json& value,
                                    const std::string& path = "");
 
+// A node's metadata or labels: an object of at most kMaxListEntries
+// strings, each at most kMaxStringBytes (startup-script and ssh-keys:
+// kMaxStartupScriptBytes). The error names the field under `path`.
+Status ValidateStringMap(const nlohmann::json& map, const std::string& path);
+
 struct NodeRecord {
   std::string node_id;
   std::string state = "CREATING";  // CREATING READY RESTARTING REPAIRING ...
   std::string health = "HEALTHY";  // HEALTHY TIMEOUT UNHEALTHY_MAINTENANCE
   std::vector<std::string> hosts;  // host ids, TPU_WORKER_ID order
   bool started = false;            // workers of the current attempt run
+  // The node's metadata once patched (nodes.patch, updateMask metadata:
+  // gcloud's ssh-keys); null: the request's node.metadata.
+  nlohmann::json metadata;
+  // How many times metadata was patched: the agents of the node's hosts
+  // report the generation whose ssh-keys they applied.
+  int64_t metadata_generation = 0;
+};
+
+// A nodes.patch of metadata whose operation ends once every live host of
+// the node has applied it (gcloud waits on it, then connects with the key
+// it added), or at `deadline_ms` (wall clock) whatever the hosts did.
+struct NodeUpdate {
+  std::string op;  // the operation's name
+  std::string node_id;
+  int64_t generation = 0;
+  int64_t deadline_ms = 0;
 };
 
 // One entry of a queued resource's state history (an extra output field,
@@ -154,12 +175,13 @@ struct QueuedResourceRecord {
   std::vector<NodeRecord> nodes;
   std::vector<std::string> retired_hosts;  // lost hosts whose workers we stop
   bool delete_requested = false;
-  std::vector<std::string> waiting_ops;    // finished when the transition ends
-  std::string coordinator;                 // MEGASCALE_COORDINATOR_ADDRESS
+  std::vector<std::string> waiting_ops;  // finished when the transition ends
+  std::string coordinator;               // MEGASCALE_COORDINATOR_ADDRESS
   // On cluster capacity (capacity.h ClusterCapacity): the job holding the
   // record's nodes ("" until it is submitted).
   std::string cluster_job;
   std::vector<StateChange> state_history;  // oldest first, bounded
+  std::vector<NodeUpdate> node_updates;    // metadata patches under way
 
   // Appends {state, now_ms, state_initiator} unless the last entry already
   // has this state and initiator; keeps the last kMaxStateHistory entries.
@@ -173,6 +195,14 @@ struct QueuedResourceRecord {
   static Result<QueuedResourceRecord> FromStorage(const nlohmann::json& j);
   // As version `api` ("v2alpha1" or "v2") shows it.
   nlohmann::json ToApi(const std::string& api = "v2alpha1") const;
+  // Node `n`'s metadata: its patched one, else the request's.
+  nlohmann::json NodeMetadata(const NodeRecord& n) const;
+  // The numeric id (Node.id) of node `index`, stable for the record's
+  // lifetime and unique to it.
+  std::string NodeNumericId(size_t index) const;
+
+ private:
+  void ExpandNodeSpecs(nlohmann::json& out) const;
 };
 
 // A long-running operation (google.longrunning.Operation).

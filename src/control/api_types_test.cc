@@ -453,8 +453,15 @@ TEST(ApiTypesTest, RecordsRoundTripThroughStorage) {
   r.chips_per_slice = 2;  // cpu-2
   r.attempt = 3;
   r.stage = "stop";
-  r.nodes = {{"qr-0", "REPAIRING", "TIMEOUT", {}, false},
-             {"qr-1", "RESTARTING", "HEALTHY", {"host-2"}, true}};
+  r.nodes = {{"qr-0", "REPAIRING", "TIMEOUT", {}, false, nullptr, 0},
+             {"qr-1",
+              "RESTARTING",
+              "HEALTHY",
+              {"host-2"},
+              true,
+              {{"ssh-keys", "root:ssh-ed25519 AAAA root"}},
+              2}};
+  r.node_updates = {{"op-2", "qr-1", 2, 12345}};
   r.retired_hosts = {"host-1"};
   r.waiting_ops = {"op"};
   Result<QueuedResourceRecord> back =
@@ -465,6 +472,117 @@ TEST(ApiTypesTest, RecordsRoundTripThroughStorage) {
   EXPECT_EQ(api["state"]["state"], "PROVISIONING");
   EXPECT_EQ(api["nodes"][1]["hosts"][0], "host-2");
   EXPECT_EQ(api["quotaHeldChips"], 4);
+  // A patched node's metadata and generation, and the update under way.
+  EXPECT_EQ(back->NodeMetadata(back->nodes[1])["ssh-keys"],
+            "root:ssh-ed25519 AAAA root");
+  EXPECT_EQ(back->nodes[1].metadata_generation, 2);
+  EXPECT_TRUE(back->nodes[0].metadata.is_null());
+  ASSERT_EQ(back->node_updates.size(), 1u);
+  EXPECT_EQ(back->node_updates[0].op, "op-2");
+  EXPECT_EQ(back->node_updates[0].deadline_ms, 12345);
+}
+
+TEST(ApiTypesTest, AMultisliceAnswerHasOneNodeSpecPerNode) {
+  // gcloud's queued-resources ssh --node and list's NODE_COUNT read the
+  // answer's nodeSpec: one per node, each with its nodeId, as Google's.
+  for (const std::string api : {"v2alpha1", "v2"}) {
+    const json params = {{"nodeCount", 3}, {"nodeIdPrefix", "tpu"}};
+    json body = {
+        {"tpu",
+         {{"nodeSpec",
+           {{{api == "v2" ? "multisliceParams" : "multiNodeParams", params},
+             {"node",
+              {{"acceleratorType", "cpu-2"}, {"metadata", {{"a", "b"}}}}}}}}}}};
+    Result<QueuedResourceSpec> spec = ParseQueuedResource(body, "qr", 0, api);
+    ASSERT_TRUE(spec.ok()) << spec.status().message();
+    QueuedResourceRecord r;
+    r.spec = *spec;
+    for (const std::string& id : spec->node_ids) {
+      NodeRecord n;
+      n.node_id = id;
+      r.nodes.push_back(n);
+    }
+    const json out = r.ToApi(api)["tpu"]["nodeSpec"];
+    ASSERT_EQ(out.size(), 3u) << out.dump();
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(out[i]["nodeId"], "tpu-" + std::to_string(i));
+      EXPECT_FALSE(out[i].contains("multiNodeParams"));
+      EXPECT_FALSE(out[i].contains("multisliceParams"));
+      EXPECT_EQ(out[i]["node"]["metadata"]["a"], "b");
+    }
+    // Node ids are decimal, distinct per node, stable.
+    EXPECT_NE(r.NodeNumericId(0), r.NodeNumericId(1));
+    EXPECT_EQ(r.NodeNumericId(2), r.NodeNumericId(2));
+  }
+}
+
+TEST(ApiTypesTest, GcloudAlphasCreateBodyIsAccepted) {
+  // What `gcloud alpha compute tpus queued-resources create` (528) sends.
+  const json body = json::parse(R"({"provisioningModel": "STANDARD",
+    "tpu": {"nodeSpec": [{"node": {"acceleratorType": "cpu-2",
+      "autocheckpointEnabled": false, "metadata": {},
+      "networkConfig": {"enableExternalIps": true, "network": "default"},
+      "runtimeVersion": "v2-alpha-tpuv5-lite", "serviceAccount": {}},
+      "nodeId": "tpu-x", "parent": "projects/p/locations/z"}]}})");
+  Result<QueuedResourceSpec> spec =
+      ParseQueuedResource(body, "qr", 0, "v2alpha1");
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->tier, Tier::kOnDemand);
+  // provisioning_model and reservation_name choose tiers.
+  json spot = body;
+  spot["provisioningModel"] = "SPOT";
+  EXPECT_EQ(ParseQueuedResource(spot, "qr", 0, "v2alpha1")->tier, Tier::kSpot);
+  json reserved = body;
+  reserved.erase("provisioningModel");
+  reserved["reservationName"] = "projects/p/locations/z/reservations/-";
+  EXPECT_EQ(ParseQueuedResource(reserved, "qr", 0, "v2alpha1")->tier,
+            Tier::kReserved);
+  reserved["tpu"]["nodeSpec"][0]["node"].erase("autocheckpointEnabled");
+  Result<QueuedResourceSpec> v2_reserved =
+      ParseQueuedResource(reserved, "qr", 0, "v2");
+  ASSERT_TRUE(v2_reserved.ok()) << v2_reserved.status().message();
+  EXPECT_EQ(v2_reserved->tier, Tier::kReserved);
+  // Refusals name the field.
+  auto refusal = [](json b, const std::string& api) {
+    return ParseQueuedResource(b, "qr", 0, api).status().message();
+  };
+  json flex = body;
+  flex["provisioningModel"] = "FLEX_START";
+  EXPECT_NE(refusal(flex, "v2alpha1")
+                .find("provisioning_model: FLEX_START is "
+                      "not implemented"),
+            std::string::npos);
+  json bad = body;
+  bad["provisioningModel"] = "CHEAP";
+  EXPECT_NE(refusal(bad, "v2alpha1")
+                .find("provisioning_model: 'CHEAP' is not "
+                      "one of"),
+            std::string::npos);
+  json contradicts = spot;
+  contradicts["guaranteed"] = json::object();
+  EXPECT_NE(refusal(contradicts, "v2alpha1").find("contradicts"),
+            std::string::npos);
+  json checkpoint = body;
+  checkpoint["tpu"]["nodeSpec"][0]["node"]["autocheckpointEnabled"] = true;
+  EXPECT_NE(refusal(checkpoint, "v2alpha1")
+                .find("tpu.node_spec[0].node.autocheckpoint_enabled: true is "
+                      "not implemented"),
+            std::string::npos);
+  json run = body;
+  run["runDuration"] = {{"maxRunDuration", "3600s"}};
+  EXPECT_NE(refusal(run, "v2alpha1")
+                .find("run_duration: a run duration is "
+                      "not implemented"),
+            std::string::npos);
+  EXPECT_EQ(refusal(body, "v2"),
+            "provisioning_model: not a field of the v2 QueuedResource (it is "
+            "v2alpha1's: use the /v2alpha1/ API)");
+  json v2 = body;
+  v2.erase("provisioningModel");
+  EXPECT_NE(refusal(v2, "v2").find(
+                "tpu.node_spec[0].node.autocheckpoint_enabled: not a field "
+                "of the v2 API"),
+            std::string::npos);
 }
 
 TEST(ApiTypesTest, StateHistoryIsBoundedDedupedAndStored) {

@@ -31,7 +31,9 @@ json Host::ToStorage() const {
           {"workdir", workdir},
           {"secret", secret},
           {"lost", lost},
-          {"lostReason", lost_reason}};
+          {"lostReason", lost_reason},
+          {"sshAddress", ssh_address},
+          {"sshHostKeys", ssh_host_keys}};
 }
 
 Host Host::FromStorage(const json& j) {
@@ -46,6 +48,10 @@ Host Host::FromStorage(const json& j) {
   h.secret = j.value("secret", "");
   h.lost = j.value("lost", false);
   h.lost_reason = j.value("lostReason", "");
+  // Absent before agents ran sshd.
+  h.ssh_address = j.value("sshAddress", "");
+  h.ssh_host_keys = j.value("sshHostKeys", json::object());
+  if (!h.ssh_host_keys.is_object()) h.ssh_host_keys = json::object();
   return h;
 }
 

@@ -59,6 +59,14 @@ struct Host {
   // loaded at start-up beats with the secret it already has.
   bool holds_secret = true;
   nlohmann::json workers = nlohmann::json::array();
+  // The host's sshd (its agent's): "IP:PORT", "" when it runs none, and its
+  // public host keys, type -> base64 (guest attributes' hostkeys/).
+  std::string ssh_address;
+  nlohmann::json ssh_host_keys = nlohmann::json::object();
+  // What the agent last reported applying: the owner (a queued resource's
+  // uid) and the node's metadata generation. Not persisted.
+  std::string ssh_owner;
+  int64_t ssh_generation = -1;
 
   nlohmann::json ToStorage() const;
   static Host FromStorage(const nlohmann::json& j);

@@ -24,7 +24,7 @@ QueuedResourceRecord Record(const std::string& id, int64_t seq) {
         {{"node_spec",
           {{{"node_id", id}, {"node", {{"accelerator_type", "cpu-2"}}}}}}}}},
       id, 0);
-  r.nodes = {{id, "CREATING", "HEALTHY", {}, false}};
+  r.nodes = {{id, "CREATING", "HEALTHY", {}, false, nullptr, 0}};
   return r;
 }
 

@@ -323,7 +323,9 @@ TEST_F(ControllerTest, SeedBodyCreatesAndMalformedSeedNamesLineAndColumn) {
   EXPECT_EQ(
       qr["tpu"]["nodeSpec"][0]["node"]["networkConfig"]["enableExternalIps"],
       true);
-  EXPECT_EQ(qr["tpu"]["nodeSpec"][0]["multiNodeParams"]["nodeCount"], 2);
+  // The request's multi_node_params come back as one spec per node.
+  ASSERT_EQ(qr["tpu"]["nodeSpec"].size(), 2u);
+  EXPECT_EQ(qr["tpu"]["nodeSpec"][1]["nodeId"], "seed-qr-1");
   EXPECT_EQ(qr["tpu"]["nodeSpec"][0]["node"]["metadata"]["startup-script"],
             "#!/bin/bash\necho hello");
   EXPECT_FALSE(qr["tpu"].contains("node_spec"));
@@ -948,19 +950,25 @@ TEST_F(ControllerTest, V2AndV2alpha1EachHaveTheirOwnSchema) {
   HttpResponse created = Call("POST", v2 + "?queuedResourceId=vtwo", &v2_body);
   ASSERT_EQ(created.status, 200) << created.body.dump();
   ASSERT_TRUE(WaitState("vtwo", "ACTIVE"));
-  const json as_v2 = Call("GET", v2 + "/vtwo").body;
-  const json& ns = as_v2["tpu"]["nodeSpec"][0];
-  EXPECT_EQ(ns["multisliceParams"]["nodeCount"], 2) << as_v2.dump();
-  EXPECT_FALSE(ns.contains("multiNodeParams"));
-  const json as_alpha = Call("GET", alpha + "/vtwo").body;
-  EXPECT_EQ(as_alpha["tpu"]["nodeSpec"][0]["multiNodeParams"]["nodeCount"], 2);
+  // Either version answers as Google's service does: one node spec per
+  // node, each with its nodeId, neither version's params.
+  for (const std::string& path : {v2 + "/vtwo", alpha + "/vtwo"}) {
+    const json answer = Call("GET", path).body;
+    const json& specs = answer["tpu"]["nodeSpec"];
+    ASSERT_EQ(specs.size(), 2u) << answer.dump();
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(specs[i]["nodeId"], "vtwo-" + std::to_string(i));
+      EXPECT_FALSE(specs[i].contains("multisliceParams"));
+      EXPECT_FALSE(specs[i].contains("multiNodeParams"));
+      EXPECT_EQ(specs[i]["node"]["acceleratorType"], "cpu-2");
+    }
+  }
   // The finished create operation answers in its own version.
   const std::string op = created.body["name"];
   const json done = Call("GET", "/v2/" + op).body;
   EXPECT_EQ(done["response"]["@type"],
             "type.googleapis.com/google.cloud.tpu.v2.QueuedResource");
-  EXPECT_TRUE(
-      done["response"]["tpu"]["nodeSpec"][0].contains("multisliceParams"));
+  EXPECT_EQ(done["response"]["tpu"]["nodeSpec"].size(), 2u);
   // What the other version calls it is refused, naming the field.
   const json alpha_body = CpuBody(2);
   HttpResponse wrong = Call("POST", v2 + "?queuedResourceId=w", &alpha_body);

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "control/agent_capacity.h"
+#include "control/node_access.h"
 #include "control/validation.h"
 #include "runtime/mesh/topology.h"
 
@@ -52,6 +53,55 @@ void HostApi::Mount(httplib::Server& server, const std::string& token) {
   server.Get(qr + "/logs", authed(&HostApi::HandleLogs));
 }
 
+namespace {
+
+// A registration's optional sshAddress ("IP:PORT" of the host's sshd) and
+// sshHostKeys (type -> base64 public key), into `h`.
+Status ParseSshRegistration(const json& body, Host& h) {
+  if (body.contains("sshAddress")) {
+    const json& address = body["sshAddress"];
+    const std::string text =
+        address.is_string() ? address.get<std::string>() : std::string();
+    const size_t colon = text.rfind(':');
+    const bool ok = address.is_string() && text.size() <= 64 &&
+                    colon != std::string::npos && colon > 0 &&
+                    std::atoi(text.c_str() + colon + 1) > 0 &&
+                    text.find_first_not_of("0123456789.:") == std::string::npos;
+    if (!ok) {
+      return InvalidArgument("sshAddress: " + QuoteForMessage(text) +
+                             " is not IP:PORT");
+    }
+    h.ssh_address = text;
+  }
+  if (body.contains("sshHostKeys")) {
+    const json& keys = body["sshHostKeys"];
+    if (!keys.is_object() || keys.size() > 8) {
+      return InvalidArgument(
+          "sshHostKeys: expected an object of at most 8 keys");
+    }
+    for (const auto& [type, key] : keys.items()) {
+      const bool type_ok =
+          type.size() <= 64 &&
+          type.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-@.") ==
+              std::string::npos;
+      const bool key_ok =
+          key.is_string() &&
+          key.get_ref<const std::string&>().size() <= 16384 &&
+          key.get_ref<const std::string&>().find_first_not_of(
+              "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+              "=") == std::string::npos;
+      if (!type_ok || !key_ok) {
+        return InvalidArgument("sshHostKeys[" + QuoteForMessage(type) +
+                               "]: expected a key type and a base64 key");
+      }
+    }
+    h.ssh_host_keys = keys;
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
 void HostApi::HandleRegister(const httplib::Request& req,
                              httplib::Response& res) {
   Result<json> body = ParseJsonText(req.body);
@@ -88,6 +138,10 @@ void HostApi::HandleRegister(const httplib::Request& req,
       WriteError(res, 400, "INVALID_ARGUMENT", s.message());
       return;
     }
+  }
+  if (Status s = ParseSshRegistration(*body, h); !s.ok()) {
+    WriteError(res, 400, "INVALID_ARGUMENT", s.message());
+    return;
   }
   const size_t colon = h.agent_address.rfind(':');
   if (colon == std::string::npos || colon == 0 ||
@@ -176,7 +230,13 @@ void HostApi::HandleHeartbeat(const httplib::Request& req,
       body["workers"].is_array()) {
     it->second.workers = body["workers"];
   }
-  WriteJson(res, 200, {{"leaseMs", state_.WorkerLease().count()}});
+  if (body.is_object() && body.contains("ssh")) {
+    NoteSshApplied(state_, it->second, body["ssh"]);
+  }
+  // The keys of the node holding the host, for its sshd.
+  WriteJson(res, 200,
+            {{"leaseMs", state_.WorkerLease().count()},
+             {"ssh", SshKeysForHost(state_, id)}});
 }
 
 void HostApi::HandleFailHost(const httplib::Request& req,

@@ -247,8 +247,10 @@ void PublicApi::HandleDelete(const httplib::Request& req,
   const std::optional<std::string> path_name = NameFromPath(req, res);
   if (!path_name) return;
   const std::string& name = *path_name;
-  const std::string force_text = req.get_param_value("force");
-  const bool force = force_text == "true" || force_text == "1";
+  const Result<bool> force_param =
+      ParseBoolParam("force", req.get_param_value("force"));
+  if (!Valid(force_param.status(), res)) return;
+  const bool force = *force_param;
   std::lock_guard<std::mutex> lock(state_.mu);
   QueuedResourceRecord* found = FoundOr404(state_.FindById(name), name, res);
   if (!found) return;

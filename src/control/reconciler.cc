@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 
+#include "control/node_access.h"
 #include "control/scheduler.h"
 
 namespace multislice::control {
@@ -48,6 +49,7 @@ void Reconciler::Tick() {
   }
   ProbeSilentHosts();
   state_.ForgetLongLostHosts();
+  FinishNodeUpdates(state_);  // metadata patches past their deadline
   const int64_t now = WallMs();
   for (auto& [name, r] : state_.records) {
     const bool waiting = (r.state == QrState::kAccepted ||

@@ -29,34 +29,6 @@ std::string Parent(R req) {
          req.matches[3].str();
 }
 
-// One node of `r` as the Node resource: what its create body said of it,
-// with its name, state, health, endpoints and queued resource.
-json NodeJson(const QueuedResourceRecord& r, const NodeRecord& n,
-              const std::map<std::string, Host>& hosts) {
-  json node = json::object();
-  const json& spec = r.spec.body;
-  if (spec.contains("tpu") && spec["tpu"].contains("nodeSpec") &&
-      spec["tpu"]["nodeSpec"].is_array() && !spec["tpu"]["nodeSpec"].empty() &&
-      spec["tpu"]["nodeSpec"][0].contains("node")) {
-    node = spec["tpu"]["nodeSpec"][0]["node"];
-  }
-  node["name"] =
-      "projects/" + r.project + "/locations/" + r.zone + "/nodes/" + n.node_id;
-  node["acceleratorType"] = r.spec.accelerator_type;
-  node["state"] = n.state;
-  node["health"] = n.health;
-  node["queuedResource"] = r.name;
-  node["createTime"] = FormatTimestamp(r.create_ms);
-  json endpoints = json::array();
-  for (const std::string& id : n.hosts) {
-    auto it = hosts.find(id);
-    if (it == hosts.end()) continue;
-    endpoints.push_back({{"ipAddress", it->second.ip()}, {"port", 8470}});
-  }
-  node["networkEndpoints"] = endpoints;
-  return node;
-}
-
 // The AcceleratorConfig.Type enum value of a family, as Cloud TPU names it
 // (V5LITE_POD for v5litepod); families beyond Google's enum (cpu) in
 // capitals, which a typed client decodes as TYPE_UNSPECIFIED.
@@ -77,6 +49,43 @@ json AcceleratorTypeJson(const std::string& parent, const std::string& type) {
 }
 
 }  // namespace
+
+json NodeJson(const QueuedResourceRecord& r, size_t index,
+              const std::map<std::string, Host>& hosts) {
+  const NodeRecord& n = r.nodes[index];
+  json node = json::object();
+  const json& spec = r.spec.body;
+  if (spec.contains("tpu") && spec["tpu"].contains("nodeSpec") &&
+      spec["tpu"]["nodeSpec"].is_array() && !spec["tpu"]["nodeSpec"].empty() &&
+      spec["tpu"]["nodeSpec"][0].contains("node")) {
+    node = spec["tpu"]["nodeSpec"][0]["node"];
+  }
+  node["name"] =
+      "projects/" + r.project + "/locations/" + r.zone + "/nodes/" + n.node_id;
+  node["id"] = r.NodeNumericId(index);
+  node["acceleratorType"] = r.spec.accelerator_type;
+  node["state"] = n.state;
+  node["health"] = n.health;
+  node["queuedResource"] = r.name;
+  node["createTime"] = FormatTimestamp(r.create_ms);
+  node["metadata"] = r.NodeMetadata(n);
+  // A worker's address is where its host is reached: its sshd's (local
+  // hosts each have a loopback address of their own for it), else its
+  // agent's.
+  json endpoints = json::array();
+  for (const std::string& id : n.hosts) {
+    auto it = hosts.find(id);
+    if (it == hosts.end()) continue;
+    const Host& h = it->second;
+    const std::string ip =
+        h.ssh_address.empty()
+            ? h.ip()
+            : h.ssh_address.substr(0, h.ssh_address.rfind(':'));
+    endpoints.push_back({{"ipAddress", ip}, {"port", 8470}});
+  }
+  node["networkEndpoints"] = endpoints;
+  return node;
+}
 
 void ResourceApi::Mount(httplib::Server& server, const std::string& token) {
   auto authed = [this, &token](void (ResourceApi::*handler)(R, W)) {
@@ -114,8 +123,8 @@ std::vector<json> ResourceApi::Nodes(const std::string& project,
             [](const auto* a, const auto* b) { return a->seq < b->seq; });
   std::vector<json> nodes;
   for (const QueuedResourceRecord* r : records) {
-    for (const NodeRecord& n : r->nodes) {
-      nodes.push_back(NodeJson(*r, n, state_.hosts));
+    for (size_t i = 0; i < r->nodes.size(); ++i) {
+      nodes.push_back(NodeJson(*r, i, state_.hosts));
     }
   }
   return nodes;

@@ -9,6 +9,12 @@
 
 namespace multislice::control {
 
+// Node `index` of `r` as the Node resource: what its create body said of
+// it, with its name, id, state, health, metadata (patched or as created),
+// endpoints and queued resource. With mu held (`hosts` is the state's).
+nlohmann::json NodeJson(const QueuedResourceRecord& r, size_t index,
+                        const std::map<std::string, Host>& hosts);
+
 class ResourceApi {
  public:
   explicit ResourceApi(ControlState& state) : state_(state) {}

@@ -2,6 +2,7 @@
 // validation.h).
 #include "control/validation.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace multislice::control {
@@ -213,6 +214,17 @@ Status ValidateOperationName(std::string_view project, std::string_view zone,
                              std::string_view id) {
   RETURN_IF_ERROR(ValidateParent(project, zone, /*allow_wildcard=*/false));
   return ValidateOperationId("operation", id);
+}
+
+Result<bool> ParseBoolParam(std::string_view field, std::string_view text) {
+  std::string lower(text);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  if (lower.empty() || lower == "false" || lower == "0") return false;
+  if (lower == "true" || lower == "1") return true;
+  return InvalidArgument("Invalid value at '" + std::string(field) +
+                         "' (TYPE_BOOL), " + QuoteForMessage(text) +
+                         ": expected true or false");
 }
 
 Result<int> ParsePageSize(std::string_view text) {

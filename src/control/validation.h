@@ -79,6 +79,11 @@ Status ValidateQueuedResourceName(std::string_view project,
 Status ValidateOperationName(std::string_view project, std::string_view zone,
                              std::string_view id);
 
+// A boolean query parameter as Google's front end reads it: true or false
+// in any case ("True" is what gcloud sends), or 1 and 0; "" (absent) is
+// false. Anything else: "Invalid value at 'force' (TYPE_BOOL), 'yes'".
+Result<bool> ParseBoolParam(std::string_view field, std::string_view text);
+
 // pageSize: a decimal integer 0..kMaxPageSize; 0 means kDefaultPageSize.
 Result<int> ParsePageSize(std::string_view text);
 

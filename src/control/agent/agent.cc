@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "control/agent/ssh_server.h"
 #include "control/http.h"
 
 namespace multislice::control {
@@ -242,6 +243,13 @@ struct Agent::Impl {
   AgentOptions options;
   std::unique_ptr<ProcessLauncher> owned_launcher;
   std::unique_ptr<WorkerTable> table;
+  // This host's sshd, or null (declared after the launcher it uses, so it
+  // goes first). The owner and generation of the keys last applied.
+  std::unique_ptr<SshServer> ssh;
+  std::string ssh_owner;
+  int64_t ssh_generation = -1;
+  std::string session_worker;  // whose directory and environment ssh gets
+  int worker_uid = -1;
   httplib::Server server;
   int port = 0;
   std::thread server_thread;
@@ -331,6 +339,14 @@ struct Agent::Impl {
     }
     auto status = table->Start(name, attempt, script, env);
     if (!status.ok()) return WriteStatus(res, status.status());
+    // ssh sessions start in this worker's directory and environment.
+    if (ssh) {
+      Status s =
+          ssh->SetSession(status->value("directory", ""), env, worker_uid);
+      if (!s.ok()) Log("ssh: " + s.message());
+      std::lock_guard<std::mutex> lock(mu);
+      session_worker = name;
+    }
     WriteJson(res, 201, *status);
   }
 
@@ -339,7 +355,19 @@ struct Agent::Impl {
     if (!grace.ok()) return WriteStatus(res, grace.status());
     auto status = table->Stop(req.matches[1], *grace);
     if (!status.ok()) return WriteStatus(res, status.status());
+    EndSession(req.matches[1]);
     WriteJson(res, 200, *status);
+  }
+
+  // A stopped worker's environment is no session's any more.
+  void EndSession(const std::string &worker) {
+    if (!ssh) return;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!worker.empty() && worker != session_worker) return;
+      session_worker.clear();
+    }
+    ssh->SetSession("", {}, -1).ok();
   }
 
   void StartExec(const httplib::Request &req, httplib::Response &res) {
@@ -510,6 +538,44 @@ struct Agent::Impl {
 
   std::string LeasePath() const { return options.workdir + "/lease"; }
 
+  // ----- ssh -----
+
+  json SshApplied() {
+    std::lock_guard<std::mutex> lock(mu);
+    return {{"owner", ssh_owner}, {"generation", ssh_generation}};
+  }
+
+  // A heartbeat answer's "ssh": the keys of the node holding this host, for
+  // its queued resource (owner); {"owner": ""} when none holds it.
+  void ApplySshKeys(const json &answer) {
+    if (!answer.is_object() || !answer.contains("ssh") ||
+        !answer["ssh"].is_object()) {
+      return;
+    }
+    const json &keys = answer["ssh"];
+    const std::string owner = keys.value("owner", "");
+    const int64_t generation =
+        keys.contains("generation") && keys["generation"].is_number_integer()
+            ? keys["generation"].get<int64_t>()
+            : 0;
+    const json text = keys.value("keys", json(""));
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (owner == ssh_owner && generation == ssh_generation) return;
+    }
+    if (owner.empty()) EndSession("");
+    if (ssh) {
+      for (const std::string &note :
+           ssh->SetKeys(owner, text.is_string() ? text.get<std::string>()
+                                                : std::string())) {
+        Log("ssh-keys: " + note);
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    ssh_owner = owner;
+    ssh_generation = generation;
+  }
+
   // What this agent's API accepts (see host_secret).
   std::string ApiCredential() {
     std::lock_guard<std::mutex> lock(mu);
@@ -520,6 +586,7 @@ struct Agent::Impl {
   // so they belong to an attempt that has moved on (their lease has lapsed
   // too: their guardians may have stopped them already).
   void StopEveryWorker() {
+    EndSession("");
     for (const json &w : table->Statuses()) {
       if (w.value("state", "") != "RUNNING") continue;
       const std::string name = w.value("name", "");
@@ -538,6 +605,10 @@ struct Agent::Impl {
                  {"iciDomain", options.ici_domain},
                  {"agentAddress", Address()},
                  {"workdir", options.workdir}};
+    if (ssh) {
+      body["sshAddress"] = ssh->address();
+      body["sshHostKeys"] = ssh->host_keys();
+    }
     const int64_t sent_ns = BootTimeNs();
     ASSIGN_OR_RETURN(HttpResponse response,
                      client.Call("POST", "/internal/v1/hosts:register", &body));
@@ -656,7 +727,7 @@ struct Agent::Impl {
         if (c.ok()) channel.emplace(std::move(*c));
       }
       if (!Sleep(interval)) return;
-      json body = {{"workers", table->Statuses()}};
+      json body = {{"workers", table->Statuses()}, {"ssh", SshApplied()}};
       const int64_t sent_ns = BootTimeNs();
       auto response =
           (channel ? *channel : *client)
@@ -676,6 +747,7 @@ struct Agent::Impl {
       }
       if (response.ok() && response->status / 100 == 2) {
         RenewLease(sent_ns, response->body);
+        ApplySshKeys(response->body);
       }
       Status s = !response.ok()                ? response.status()
                  : response->status / 100 != 2 ? ErrorFromResponse(*response)
@@ -684,6 +756,40 @@ struct Agent::Impl {
       if (s.ok() && failing) Log("heartbeats answered again");
       failing = !s.ok();
     }
+  }
+
+  // Starts this host's sshd when asked to; without it the agent still
+  // serves, and its log says why.
+  void StartSsh(ProcessLauncher *launcher) {
+    if (options.ssh_port <= 0) return;
+    SshServerOptions o;
+    o.address = !options.ssh_address.empty()         ? options.ssh_address
+                : !options.advertise_address.empty() ? options.advertise_address
+                                                     : options.bind;
+    o.port = options.ssh_port;
+    o.dir = options.workdir + "/ssh";
+    if (!options.worker_user.empty()) {
+      const passwd *pw = worker_uid >= 0 ? ::getpwuid(worker_uid) : nullptr;
+      if (pw == nullptr) {
+        Log("ssh: no sshd: the worker user " + options.worker_user +
+            " has no name to log in as");
+        return;
+      }
+      o.only_user = pw->pw_name;
+    }
+    o.launcher = launcher;
+    if (::geteuid() != 0 && o.port < 1024) {
+      Log("ssh: no sshd on " + o.address + ":" + std::to_string(o.port) +
+          ": the agent is not root (port 22 and logging users in need it)");
+      return;
+    }
+    auto server = SshServer::Start(o);
+    if (!server.ok()) {
+      Log("ssh: no sshd: " + server.status().message());
+      return;
+    }
+    ssh = std::move(*server);
+    Log("ssh: sshd listening on " + ssh->address());
   }
 
   // ----- lifecycle -----
@@ -696,6 +802,7 @@ struct Agent::Impl {
       }
       cv.notify_all();
       if (control_thread.joinable()) control_thread.join();
+      if (ssh) ssh->Stop();
       table->Shutdown();
       server.stop();
       if (server_thread.joinable()) server_thread.join();
@@ -744,6 +851,7 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentOptions options) {
     ASSIGN_OR_RETURN(UserIds user,
                      ResolveUser("--worker-user", impl->options.worker_user));
     impl->table->set_worker_user(user.uid, user.gid);
+    impl->worker_uid = user.uid;
     // Workers under another user may not read this process's memory.
     ::prctl(PR_SET_DUMPABLE, 0);
   }
@@ -819,6 +927,7 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentOptions options) {
     return Unavailable("cannot listen on " + bind + ":" +
                        std::to_string(impl->options.port));
   }
+  impl->StartSsh(launcher);
   impl->server_thread =
       std::thread([self] { self->server.listen_after_bind(); });
   impl->control_thread = std::thread([self] { self->ControlLoop(); });

@@ -68,6 +68,13 @@ struct AgentOptions {
   // read none of this agent's files or memory (docs/control.md, Threat
   // model). Empty: the agent's own user.
   std::string worker_user;
+  // This host's sshd (ssh_server.h), which `gcloud compute tpus tpu-vm ssh`
+  // reaches: the port (0: none) and the address it listens on (empty: the
+  // advertised address, else `bind`). When it cannot start (no root, no
+  // openssh-server, the address taken) the agent runs without one and says
+  // why in its log.
+  int ssh_port = 0;
+  std::string ssh_address;
 };
 
 class Agent {

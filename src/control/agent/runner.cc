@@ -289,21 +289,26 @@ Status ForEachQueuedResource(
   return OkStatus();
 }
 
-// Whether queued resource `id`'s nodes are {prefix}-0, ... or {prefix}.
+// Whether queued resource `id`'s nodes are {prefix}-0, ... or {prefix}: the
+// node ids of its answer (one node spec per node, as Google answers a
+// multislice request).
 bool HasNodePrefix(const json& qr, const std::string& id,
                    const std::string& prefix) {
+  (void)id;
   const json spec = qr.contains("tpu") && qr["tpu"].is_object()
                         ? qr["tpu"].value("nodeSpec", json::array())
                         : json::array();
-  if (!spec.is_array() || spec.empty() || !spec[0].is_object()) return false;
-  const json& node = spec[0];
-  bool match = node.value("nodeId", "") == prefix;
-  if (node.contains("multiNodeParams") && node["multiNodeParams"].is_object()) {
-    std::string node_prefix = node["multiNodeParams"].value("nodeIdPrefix", "");
-    if (node_prefix.empty()) node_prefix = id;
-    match = match || node_prefix == prefix;
+  if (!spec.is_array() || spec.empty()) return false;
+  std::vector<std::string> ids;
+  for (const json& node : spec) {
+    if (!node.is_object()) return false;
+    ids.push_back(node.value("nodeId", ""));
   }
-  return match;
+  if (ids.size() == 1 && ids[0] == prefix) return true;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] != prefix + "-" + std::to_string(i)) return false;
+  }
+  return true;
 }
 
 // FindQueuedResourceByPrefix's answer and id.
