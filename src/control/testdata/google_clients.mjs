@@ -230,8 +230,11 @@ async function googleapisSuite(google, version) {
     const spec = qr.tpu.nodeSpec[0];
     eq(spec.node.acceleratorType, 'cpu-1', 'acceleratorType');
     eq(spec.node.tags, ['google-clients'], 'tags');
+    // As Google's service answers: one node spec per node, with its id.
+    eq(qr.tpu.nodeSpec.map((s) => s.nodeId), [`${pre}-s-0`, `${pre}-s-1`],
+       'node specs');
     eq(spec[version === 'v2' ? 'multisliceParams' : 'multiNodeParams'],
-       {nodeCount: 2, nodeIdPrefix: `${pre}-s`}, 'multislice params');
+       undefined, 'multislice params');
     eq(qr.queueingPolicy.validUntilDuration, '3600s', 'validUntilDuration');
   });
   await check('queuedResources.create (spot, nodeId)', async () => {
@@ -500,9 +503,8 @@ async function gaxSuite(tpuLib, OAuth2Client, version) {
             eq(spec.nodeId, `${pre}-solo`, 'nodeId');
             eq(qr.tier, 'spot', 'tier oneof');
           } else {
-            eq(spec[version === 'v2' ? 'multisliceParams' : 'multiNodeParams']
-                   .nodeCount,
-               2, 'nodeCount');
+            eq(qr.tpu.nodeSpec.length, 2, 'node specs');
+            eq(qr.tpu.nodeSpec[1].nodeId, `${pre}-s-1`, 'nodeId');
             eq(qr.queueingPolicy.validUntilDuration.seconds, '3600',
                'validUntilDuration');
           }
