@@ -1195,7 +1195,8 @@ json QueuedResourceRecord::ToStorage() const {
           {"coordinator", coordinator},
           {"clusterJob", cluster_job},
           {"stateHistory", history},
-          {"nodeUpdates", updates}};
+          {"nodeUpdates", updates},
+          {"createdAsNode", created_as_node}};
 }
 
 bool QueuedResourceRecord::RecordStateChange(int64_t now_ms) {
@@ -1260,6 +1261,7 @@ Result<QueuedResourceRecord> QueuedResourceRecord::FromStorage(const json& j) {
                                  c.at("timeMs").get<int64_t>(),
                                  c.at("initiator").get<std::string>()});
     }
+    r.created_as_node = j.value("createdAsNode", false);
     for (const json& u : j.value("nodeUpdates", json::array())) {
       r.node_updates.push_back({u.at("op").get<std::string>(),
                                 u.at("nodeId").get<std::string>(),

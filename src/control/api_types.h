@@ -182,6 +182,9 @@ struct QueuedResourceRecord {
   std::string cluster_job;
   std::vector<StateChange> state_history;  // oldest first, bounded
   std::vector<NodeUpdate> node_updates;    // metadata patches under way
+  // Made by nodes.create (`gcloud compute tpus tpu-vm create`): a queued
+  // resource of one node named after it, which nodes.delete deletes.
+  bool created_as_node = false;
 
   // Appends {state, now_ms, state_initiator} unless the last entry already
   // has this state and initiator; keeps the last kMaxStateHistory entries.

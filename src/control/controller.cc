@@ -20,6 +20,7 @@
 #include "control/http.h"
 #include "control/metrics.h"
 #include "control/node_access.h"
+#include "control/node_api.h"
 #include "control/public_api.h"
 #include "control/reconciler.h"
 #include "control/resource_api.h"
@@ -140,6 +141,7 @@ class Controller::Impl {
   std::unique_ptr<HostApi> host_api_;
   std::unique_ptr<ResourceApi> resource_api_;
   std::unique_ptr<NodeAccessApi> node_access_;
+  std::unique_ptr<NodeApi> node_api_;
   std::unique_ptr<Reconciler> reconciler_;
   std::unique_ptr<ControllerMetrics> metrics_;
   httplib::Server server_;
@@ -182,6 +184,7 @@ Status Controller::Impl::Init() {
   host_api_ = std::make_unique<HostApi>(*state_);
   resource_api_ = std::make_unique<ResourceApi>(*state_);
   node_access_ = std::make_unique<NodeAccessApi>(*state_);
+  node_api_ = std::make_unique<NodeApi>(*state_, *public_api_);
   reconciler_ =
       std::make_unique<Reconciler>(*state_, *capacity_, options_.cluster.get());
   metrics_ = std::make_unique<ControllerMetrics>(*state_);
@@ -235,6 +238,7 @@ void Controller::Impl::ConfigureServer() {
   public_api_->Mount(server_, options_.token);
   resource_api_->Mount(server_, options_.token);
   node_access_->Mount(server_, options_.token);
+  node_api_->Mount(server_, options_.token);
   host_api_->Mount(server_, options_.token);
   metrics_->Mount(server_, options_.token);
   agent_server_.new_task_queue = [n = options_.agent_http_threads] {

@@ -30,13 +30,15 @@ class FakeAgent {
  public:
   FakeAgent(std::string controller_url, std::string token,
             std::string accelerator_type, std::string zone = "us-test1-a",
-            std::string ip = "127.0.0.1", std::string ici_domain = "")
+            std::string ip = "127.0.0.1", std::string ici_domain = "",
+            bool ssh = false)
       : controller_url_(std::move(controller_url)),
         token_(std::move(token)),
         type_(std::move(accelerator_type)),
         zone_(std::move(zone)),
         ip_(std::move(ip)),
-        ici_domain_(std::move(ici_domain)) {
+        ici_domain_(std::move(ici_domain)),
+        ssh_(ssh) {
     auto authed = [this](auto fn) {
       return [this, fn](const httplib::Request& req, httplib::Response& res) {
         if (!RequireBearer(req, res, credential())) return;
@@ -161,6 +163,21 @@ class FakeAgent {
   std::chrono::milliseconds put_delay{0};
   std::chrono::milliseconds stop_delay{0};
 
+  // With ssh (constructor): the host key it registers, and the ssh-keys
+  // (owner, generation, keys) of the last heartbeat answer; while
+  // hold_ssh_keys, it reports the keys it had before as applied.
+  static constexpr const char* kHostKey =
+      "AAAAC3NzaC1lZDI1NTE5AAAAIFakeHostKey";
+  std::atomic<bool> hold_ssh_keys{false};
+  nlohmann::json ssh_keys() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ssh_keys_;
+  }
+  nlohmann::json ssh_applied() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ssh_applied_;
+  }
+
  private:
   std::vector<FakeWorker*> AllWorkers() {
     std::vector<FakeWorker*> all;
@@ -191,6 +208,10 @@ class FakeAgent {
                                  {"workdir", "/nonexistent"}};
           // Sent only when set, as agents from before ICI domains did.
           if (!ici_domain_.empty()) body["iciDomain"] = ici_domain_;
+          if (ssh_) {
+            body["sshAddress"] = ip_ + ":22";
+            body["sshHostKeys"] = {{"ssh-ed25519", kHostKey}};
+          }
           Result<HttpResponse> r =
               client->Call("POST", "/internal/v1/hosts:register", &body);
           if (r.ok() && r->status == 200) {
@@ -200,6 +221,7 @@ class FakeAgent {
           }
         } else if (!silent_) {
           nlohmann::json body = {{"workers", nlohmann::json::array()}};
+          if (ssh_) body["ssh"] = ssh_applied();
           Result<ApiClient> beat = ApiClient::Create(
               controller_url_, credential(), std::chrono::milliseconds(1000));
           Result<HttpResponse> r = beat->Call(
@@ -208,6 +230,14 @@ class FakeAgent {
             std::lock_guard<std::mutex> lock(mu_);
             host_id_.clear();
           }
+          if (ssh_ && r.ok() && r->status == 200 && r->body.contains("ssh")) {
+            std::lock_guard<std::mutex> lock(mu_);
+            ssh_keys_ = r->body["ssh"];
+            if (!hold_ssh_keys) {
+              ssh_applied_ = {{"owner", ssh_keys_.value("owner", "")},
+                              {"generation", ssh_keys_.value("generation", 0)}};
+            }
+          }
         }
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -215,6 +245,9 @@ class FakeAgent {
   }
 
   std::string controller_url_, token_, type_, zone_, ip_, ici_domain_;
+  const bool ssh_ = false;
+  nlohmann::json ssh_keys_ = nlohmann::json::object();
+  nlohmann::json ssh_applied_ = {{"owner", ""}, {"generation", -1}};
   httplib::Server server_;
   int port_ = 0;
   std::thread server_thread_, heartbeat_thread_;

@@ -18,7 +18,10 @@
 #   environment; (GA) the seed's shardings command on both slices: one
 #   report of 32 devices on 2 slices with the one-device run's loss;
 #   tpu-vm ssh --worker=all; tpu-vm scp both ways; a failing worker stops
-#   the next batch (gcloud's rule); reset; delete --force --async.
+#   the next batch (gcloud's rule); reset; delete --force --async; the
+#   seed's --node-id and full create forms, ssh from stdin, describe and
+#   list; (alpha) tpu-vm create, simulate-maintenance-event (the node is
+#   repaired), tpu-vm delete.
 # Then: the key one user's gcloud added to one queued resource opens none of
 # another's hosts, and a bad flag value is the controller's 400 naming the
 # field, shown by gcloud.
@@ -170,6 +173,26 @@ EOF
       fail "delete: $(cat "$out/delete-$name")"
     wait_until 60 "$qr deleted" is_gone "$qr"
     phase_done
+
+    if [ "$track" = alpha ]; then
+      phase "$name: tpu-vm create, simulate-maintenance-event, delete"
+      g alpha compute tpus tpu-vm create "$tpu-vm" --zone="$zone" \
+        --accelerator-type=v5litepod-16 --version=v2-alpha-tpuv5-lite \
+        > "$out/vm-create" 2>&1 || fail "tpu-vm create: $(tail -n 3 "$out/vm-create")"
+      grep -q "Created tpu \[$tpu-vm\]" "$out/vm-create" || fail "tpu-vm create: $(cat "$out/vm-create")"
+      g alpha compute tpus tpu-vm simulate-maintenance-event "$tpu-vm" \
+        --zone="$zone" --workers=2 > "$out/vm-maintenance" 2>&1 ||
+        fail "simulate-maintenance-event: $(tail -n 3 "$out/vm-maintenance")"
+      repaired() {
+        [ "$(g alpha compute tpus queued-resources describe "$tpu-vm" --zone="$zone" \
+              --format='value(attempt,state.state)' | tr -s ' \t' ' ')" = "2 ACTIVE" ]
+      }
+      wait_until 60 "$tpu-vm repaired after the maintenance event" repaired
+      g alpha compute tpus tpu-vm delete "$tpu-vm" --zone="$zone" --quiet \
+        > "$out/vm-delete" 2>&1 || fail "tpu-vm delete: $(tail -n 3 "$out/vm-delete")"
+      wait_until 60 "$tpu-vm deleted" is_gone "$tpu-vm"
+      phase_done
+    fi
 
     phase "$name: the seed's other create forms"
     # Exemplo introdutório: --node-id, then ssh with the command on stdin.

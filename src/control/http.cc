@@ -208,6 +208,8 @@ Result<HttpResponse> ApiClient::Call(std::string_view method,
     result = client.Put(path, headers, payload, kType);
   } else if (method == "DELETE") {
     result = client.Delete(path, headers, payload, kType);
+  } else if (method == "PATCH") {
+    result = client.Patch(path, headers, payload, kType);
   } else {
     return Internal("unsupported HTTP method " + std::string(method));
   }

@@ -16,46 +16,6 @@ namespace {
 using R = const httplib::Request&;
 using W = httplib::Response&;
 
-struct NodeRef {
-  QueuedResourceRecord* record = nullptr;
-  size_t index = 0;
-};
-
-// The node `id` of project/zone, in the queued resource that made it.
-std::optional<NodeRef> FindNode(ControlState& state, const std::string& project,
-                                const std::string& zone,
-                                const std::string& id) {
-  for (auto& [name, r] : state.records) {
-    if (r.project != project || r.zone != zone) continue;
-    for (size_t i = 0; i < r.nodes.size(); ++i) {
-      if (r.nodes[i].node_id == id) return NodeRef{&r, i};
-    }
-  }
-  return std::nullopt;
-}
-
-std::string NodeName(const std::string& project, const std::string& zone,
-                     const std::string& id) {
-  return "projects/" + project + "/locations/" + zone + "/nodes/" + id;
-}
-
-// The node named by the path's project, location and node, validated; or
-// nullopt after answering 400 or 404. With mu held.
-std::optional<NodeRef> NodeOfPath(ControlState& state, R req, W res) {
-  const std::string project = req.matches[2], zone = req.matches[3],
-                    id = req.matches[4];
-  if (!Valid(ValidateParent(project, zone, false), res) ||
-      !Valid(ValidateResourceId("node", id), res)) {
-    return std::nullopt;
-  }
-  std::optional<NodeRef> node = FindNode(state, project, zone, id);
-  if (!node) {
-    WriteError(res, 404, "NOT_FOUND",
-               "node " + NodeName(project, zone, id) + " not found");
-  }
-  return node;
-}
-
 // 64 bits of FNV-1a: a project's stable numeric id.
 uint64_t Fnv1a(const std::string& text) {
   uint64_t hash = 14695981039346656037ull;
@@ -78,6 +38,40 @@ bool Applied(const ControlState& state, const QueuedResourceRecord& r,
 }
 
 }  // namespace
+
+std::optional<NodeRef> FindNode(ControlState& state, const std::string& project,
+                                const std::string& zone,
+                                const std::string& id) {
+  for (auto& [name, r] : state.records) {
+    if (r.project != project || r.zone != zone) continue;
+    for (size_t i = 0; i < r.nodes.size(); ++i) {
+      if (r.nodes[i].node_id == id) return NodeRef{&r, i};
+    }
+  }
+  return std::nullopt;
+}
+
+std::string NodeName(const std::string& project, const std::string& zone,
+                     const std::string& id) {
+  return "projects/" + project + "/locations/" + zone + "/nodes/" + id;
+}
+
+std::optional<NodeRef> NodeOfPath(ControlState& state,
+                                  const httplib::Request& req,
+                                  httplib::Response& res) {
+  const std::string project = req.matches[2], zone = req.matches[3],
+                    id = req.matches[4];
+  if (!Valid(ValidateParent(project, zone, false), res) ||
+      !Valid(ValidateResourceId("node", id), res)) {
+    return std::nullopt;
+  }
+  std::optional<NodeRef> node = FindNode(state, project, zone, id);
+  if (!node) {
+    WriteError(res, 404, "NOT_FOUND",
+               "node " + NodeName(project, zone, id) + " not found");
+  }
+  return node;
+}
 
 void NodeAccessApi::Mount(httplib::Server& server, const std::string& token) {
   auto authed = [this, &token](void (NodeAccessApi::*handler)(R, W)) {

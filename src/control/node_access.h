@@ -20,12 +20,31 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "control/control_state.h"
 #include "control/routes.h"
 
 namespace multislice::control {
+
+// A node: the queued resource that made it and its index there.
+struct NodeRef {
+  QueuedResourceRecord* record = nullptr;
+  size_t index = 0;
+};
+
+// With mu held: node `id` of project/zone.
+std::optional<NodeRef> FindNode(ControlState& state, const std::string& project,
+                                const std::string& zone, const std::string& id);
+// "projects/P/locations/Z/nodes/ID".
+std::string NodeName(const std::string& project, const std::string& zone,
+                     const std::string& id);
+// With mu held: the node a path .../projects/P/locations/Z/nodes/ID names
+// (matches 2, 3 and 4), validated; nullopt after answering 400 or 404.
+std::optional<NodeRef> NodeOfPath(ControlState& state,
+                                  const httplib::Request& req,
+                                  httplib::Response& res);
 
 // How long a metadata patch's operation waits for the hosts to apply it.
 inline constexpr int64_t kNodeUpdateTimeoutMs = 30000;

@@ -155,8 +155,14 @@ void PublicApi::HandleCreate(const httplib::Request& req,
     WriteError(res, 400, "INVALID_ARGUMENT", body.status().message());
     return;
   }
+  Create(api, project, zone, id, *body, /*as_node=*/false, res);
+}
+
+void PublicApi::Create(const std::string& api, const std::string& project,
+                       const std::string& zone, const std::string& id,
+                       const json& body, bool as_node, httplib::Response& res) {
   Result<QueuedResourceSpec> spec =
-      ParseQueuedResource(*body, id, WallMs(), api);
+      ParseQueuedResource(body, id, WallMs(), api);
   if (!spec.ok()) {
     WriteError(res, 400, "INVALID_ARGUMENT", spec.status().message());
     return;
@@ -173,6 +179,7 @@ void PublicApi::HandleCreate(const httplib::Request& req,
   r.hosts_per_slice = type->hosts_per_slice();
   r.chips_per_slice = type->num_chips;
   r.state = QrState::kAccepted;
+  r.created_as_node = as_node;
   for (const std::string& node_id : r.spec.node_ids) {
     NodeRecord n;
     n.node_id = node_id;
@@ -250,7 +257,11 @@ void PublicApi::HandleDelete(const httplib::Request& req,
   const Result<bool> force_param =
       ParseBoolParam("force", req.get_param_value("force"));
   if (!Valid(force_param.status(), res)) return;
-  const bool force = *force_param;
+  Delete(api, name, *force_param, res);
+}
+
+void PublicApi::Delete(const std::string& api, const std::string& name,
+                       bool force, httplib::Response& res) {
   std::lock_guard<std::mutex> lock(state_.mu);
   QueuedResourceRecord* found = FoundOr404(state_.FindById(name), name, res);
   if (!found) return;

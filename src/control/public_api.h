@@ -17,6 +17,18 @@ class PublicApi {
   // Routes the API on `server`, behind the bearer check of `token`.
   void Mount(httplib::Server& server, const std::string& token);
 
+  // Creates queued resource `id` from the request `body` (as version `api`
+  // reads it) and answers its operation, or the refusal. `as_node`: made by
+  // nodes.create (`tpu-vm create`), so that nodes.delete may delete it.
+  // Takes mu.
+  void Create(const std::string& api, const std::string& project,
+              const std::string& zone, const std::string& id,
+              const nlohmann::json& body, bool as_node, httplib::Response& res);
+  // Deletes queued resource `name` (force: also an ACTIVE one, its nodes
+  // first) and answers its operation, or the refusal. Takes mu.
+  void Delete(const std::string& api, const std::string& name, bool force,
+              httplib::Response& res);
+
  private:
   void HandleCreate(const httplib::Request& req, httplib::Response& res);
   void HandleGet(const httplib::Request& req, httplib::Response& res);
