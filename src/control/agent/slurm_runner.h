@@ -41,7 +41,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
-#include "control/agent/runner.h"
+#include "control/agent/run_target.h"
 
 namespace multislice::control {
 
