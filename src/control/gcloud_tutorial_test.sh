@@ -210,9 +210,6 @@ EOF
       phase_done
     fi
 
-    # On the namespace cluster the alpha track's create forms add nothing the
-    # local run has not shown (the same requests; only addresses differ).
-    if [ "$track" = alpha ] && [ "$extras" = 0 ]; then continue; fi
     phase "$name: the seed's other create forms"
     # Exemplo introdutório: --node-id, then ssh with the command on stdin.
     g $track compute tpus queued-resources create "$qr-solo" \
