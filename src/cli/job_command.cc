@@ -26,6 +26,7 @@
 #include "cli/commands.h"
 #include "cli/control_client.h"
 #include "cli/flags.h"
+#include "common/shell_quote.h"
 #include "control/agent/pack.h"
 #include "runtime/hang_digest.h"
 #include "runtime/launcher.h"
@@ -77,19 +78,6 @@ double Now() {
   return std::chrono::duration<double>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-// 'text' as one single-quoted shell word.
-std::string ShellQuote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  return out + "'";
 }
 
 // A queued-resource id from a run name: lower case, [a-z0-9-], starting

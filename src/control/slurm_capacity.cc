@@ -12,6 +12,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/shell_quote.h"
+
 namespace multislice::control {
 namespace {
 
@@ -118,19 +120,6 @@ std::string Trim(std::string s) {
   return s.substr(start);
 }
 
-// Single-quoted for bash.
-std::string Quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) {
-    if (c == '\'') {
-      q += "'\\''";
-    } else {
-      q += c;
-    }
-  }
-  return q + "'";
-}
-
 // A safe file name part.
 std::string FilePart(const std::string& s) {
   std::string out;
@@ -188,9 +177,9 @@ std::string SlurmBatchScript(const ClusterJobSpec& spec,
     << "# multislice queued resource " << spec.name << " (run " << spec.run_id
     << "): " << spec.slices << " slice(s) x " << hosts
     << " host(s), one task per node; written by the controller.\n"
-    << "export MULTISLICE_RUN_ID=" << Quote(spec.run_id) << "\n"
-    << "export MULTISLICE_ACCELERATOR_TYPE=" << Quote(spec.accelerator_type)
-    << "\n"
+    << "export MULTISLICE_RUN_ID=" << ShellQuote(spec.run_id) << "\n"
+    << "export MULTISLICE_ACCELERATOR_TYPE="
+    << ShellQuote(spec.accelerator_type) << "\n"
     << "export MEGASCALE_NUM_SLICES=" << spec.slices << "\n"
     << "export MULTISLICE_ATTEMPT=$(( ${SLURM_RESTART_COUNT:-0} + 1 ))\n"
     << "export MULTISLICE_SLURM_HOSTS_PER_SLICE=" << hosts
@@ -200,10 +189,10 @@ std::string SlurmBatchScript(const ClusterJobSpec& spec,
     // attempt (tasks share the work directory, so a script that unpacks
     // into its working directory would overwrite another worker's files).
     << "export MULTISLICE_SLURM_WORKERS="
-    << Quote(workdir + "/workers/" + FilePart(spec.name)) << "\n"
-    << "export MULTISLICE_SLURM_STARTUP=" << Quote(startup_path) << "\n"
+    << ShellQuote(workdir + "/workers/" + FilePart(spec.name)) << "\n"
+    << "export MULTISLICE_SLURM_STARTUP=" << ShellQuote(startup_path) << "\n"
     << "export MEGASCALE_COORDINATOR_ADDRESS="
-    << Quote("file://" + workdir + "/.multislice-store/" + spec.run_id)
+    << ShellQuote("file://" + workdir + "/.multislice-store/" + spec.run_id)
     << "-$MULTISLICE_ATTEMPT\n"
     // The worker of each task: its slice and worker from SLURM_PROCID, the
     // slice's hosts from the job's nodes (task i on node i).

@@ -23,6 +23,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/shell_quote.h"
 #include "control/agent/ssh_keys.h"
 
 namespace multislice::control {
@@ -52,19 +53,6 @@ bool ValidEnvName(const std::string& name) {
   return std::all_of(name.begin(), name.end(), [](unsigned char c) {
     return std::isalnum(c) || c == '_';
   });
-}
-
-// 'text' for bash, whatever it holds.
-std::string ShellQuote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  return out + "'";
 }
 
 // Writes `path` whole or not at all: a temporary file beside it, then a
