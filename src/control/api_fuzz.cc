@@ -765,6 +765,7 @@ struct Route {
 
 std::vector<Route> Routes() {
   const std::string qrs = "/{v}/projects/{p}/locations/{z}/queuedResources";
+  const std::string nodes = "/{v}/projects/{p}/locations/{z}/nodes";
   return {
       {"POST", qrs + "?queued_resource_id={new}", SimpleBody()},
       {"GET", qrs, ""},
@@ -779,6 +780,17 @@ std::vector<Route> Routes() {
       {"POST", "/internal/v1/hosts/{host}:fail", ""},
       {"GET", "/internal/v1/hosts", ""},
       {"GET", "/internal/v1/capacity", ""},
+      // What gcloud's ssh, scp and tpu-vm call (node_access.h, node_api.h).
+      {"PATCH", nodes + "/{id}-0?updateMask=metadata",
+       "{\"metadata\":{\"ssh-keys\":\"root:ssh-ed25519 AAAAC3Nz root\"}}"},
+      {"POST", nodes + "/{id}-0:getGuestAttributes", "{\"workerIds\":[\"\"]}"},
+      {"POST", nodes + "?nodeId={new}",
+       "{\"acceleratorType\":\"cpu-1\",\"runtimeVersion\":\"v\"}"},
+      {"DELETE", nodes + "/{id}-0", ""},
+      {"POST", nodes + "/{id}-0:simulateMaintenanceEvent", "{}"},
+      {"POST", nodes + "/{id}-0:stop", "{}"},
+      {"POST", "/{v}/projects/{p}/locations/{z}:generateServiceIdentity", "{}"},
+      {"GET", "/compute/v1/projects/{p}", ""},
   };
 }
 
@@ -989,6 +1001,12 @@ void Corpus::AddHeartbeatCases(const std::string& host,
   for (const auto& [kind, raw] : ValueKinds()) {
     add("heartbeat workers = " + kind,
         WithRaw(beat, json::json_pointer("/workers"), raw));
+    // What the host's sshd applied (node_access.h NoteSshApplied).
+    add("heartbeat ssh = " + kind,
+        WithRaw(beat, json::json_pointer("/ssh"), raw));
+    add("heartbeat ssh.generation = " + kind,
+        WithRaw({{"workers", json::array()}, {"ssh", {{"owner", "x"}}}},
+                json::json_pointer("/ssh/generation"), raw));
   }
   // Nested 16,000 deep, not deeper: 100,000 kills the controller (see
   // api_fuzz_test's HeartbeatWithDeeplyNestedWorkers...).
